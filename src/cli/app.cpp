@@ -14,7 +14,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "cellm 0.1.0");
   CommandAction action;
+  add_run_command(app, action);
+  add_chat_command(app, action);
+  add_batch_command(app, action);
   add_inspect_command(app, action);
+  add_tokenize_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,5 +12,9 @@ namespace cellm::cli {
 using CommandAction = std::function<int()>;
 
 void add_inspect_command(CLI::App& app, CommandAction& action);
+void add_run_command(CLI::App& app, CommandAction& action);
+void add_batch_command(CLI::App& app, CommandAction& action);
+void add_chat_command(CLI::App& app, CommandAction& action);
+void add_tokenize_command(CLI::App& app, CommandAction& action);
 
 }  // namespace cellm::cli

@@ -50,7 +50,7 @@ nlohmann::json describe(const gguf::File& f) {
     h["context_length"] = c.context_length;
     h["vocab_size"] = c.vocab_size;
     h["rms_norm_eps"] = c.rms_eps;
-    h["rope_layout"] = model::rope_layout_name(c.rope_layout);
+    h["rope_layout"] = backend::rope_layout_name(c.rope_layout);
     h["rope_dim"] = c.rope_dim;
     std::map<float, std::vector<int32_t>> bases;
     for (int32_t i = 0; i < c.n_layers; ++i) bases[c.layers[i].rope_base].push_back(i);

@@ -86,7 +86,12 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t,
   }
   wake_.notify_all();
   run_tasks(0);
-  while (busy_workers_.load(std::memory_order_acquire) != 0) cpu_relax();
+  // Wait for the workers: spin while they are likely still running, then yield, so that on a
+  // loaded machine a descheduled worker gets its core back instead of us burning it.
+  for (int spin = 0; busy_workers_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations / 16) cpu_relax();
+    else std::this_thread::yield();
+  }
   fn_ = nullptr;
   if (error_) std::rethrow_exception(error_);
 }

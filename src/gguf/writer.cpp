@@ -167,7 +167,8 @@ uint32_t Writer::alignment() const {
   return kDefaultAlignment;
 }
 
-void Writer::write_to(const std::function<void(const void*, size_t)>& out, bool with_data) const {
+void Writer::write_to(const std::function<void(const void*, size_t)>& out, bool with_data,
+                      const std::function<void()>& after_tensor) const {
   const uint64_t align = alignment();
   Sink s(out);
   s.put<uint32_t>(0x46554747);
@@ -196,6 +197,7 @@ void Writer::write_to(const std::function<void(const void*, size_t)>& out, bool 
     t.fill(buffer.data(), t.bytes);
     s.raw(buffer.data(), buffer.size());
     s.pad_to(align);
+    if (after_tensor) after_tensor();
   }
 }
 
@@ -217,14 +219,19 @@ uint64_t Writer::file_size() const {
   return header + data;
 }
 
-void Writer::write(const std::string& path) const {
+void Writer::write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) const {
+  const uint64_t total = progress ? file_size() : 0;
+  uint64_t written = 0;
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) fail(ErrorCode::Io, "cannot create '", tmp, "': ", std::strerror(errno));
   try {
     write_to([&](const void* p, size_t n) {
       if (std::fwrite(p, 1, n, f) != n) fail(ErrorCode::Io, "writing '", tmp, "' failed: ", std::strerror(errno));
-    }, /*with_data=*/true);
+      written += n;
+    }, /*with_data=*/true, [&] {
+      if (progress) progress(written, total);
+    });
   } catch (...) {
     std::fclose(f);
     std::remove(tmp.c_str());

@@ -30,7 +30,8 @@ class Writer {
 
   // Serialises to memory / to a file (written to path.tmp, then renamed: no partial file).
   std::vector<uint8_t> to_bytes() const;
-  void write(const std::string& path) const;
+  // `progress(done, total)` is called after each tensor (bytes of the file).
+  void write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
   uint64_t file_size() const;
 
  private:
@@ -42,7 +43,8 @@ class Writer {
     Fill fill;
   };
   uint32_t alignment() const;
-  void write_to(const std::function<void(const void*, size_t)>& sink, bool with_data) const;
+  void write_to(const std::function<void(const void*, size_t)>& sink, bool with_data,
+                const std::function<void()>& after_tensor = {}) const;
 
   std::vector<std::pair<std::string, Value>> metadata_;
   std::vector<PendingTensor> tensors_;

@@ -29,10 +29,6 @@ constexpr int32_t kGemma3WindowPattern = 6;
 
 }  // namespace
 
-const char* rope_layout_name(RopeLayout layout) {
-  return layout == RopeLayout::Neox ? "neox" : "interleaved";
-}
-
 const std::vector<std::string>& supported_architectures() {
   static const std::vector<std::string> archs = {"llama", "gemma3", "qwen2", "qwen3"};
   return archs;

@@ -6,16 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/ops.h"
 #include "gguf/file.h"
 
 namespace cellm::model {
 
-enum class RopeLayout {
-  Interleaved,  // rotate pairs (2i, 2i+1): llama (GGUF permutes q/k weights for it)
-  Neox,         // rotate pairs (i, i + d/2): gemma3, qwen2, qwen3
-};
-
-const char* rope_layout_name(RopeLayout layout);
+using backend::RopeLayout;
 
 struct LayerConfig {
   int32_t window = 0;       // sliding window in tokens; 0 = full history

@@ -167,7 +167,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
 // Contents are written as given (the ChatML templates do not trim).
 std::string ChatTemplate::render_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
   std::string out;
-  if (!default_system_.empty() && !messages.empty() && messages[0].role != "system")
+  if (use_default_system_ && !default_system_.empty() && !messages.empty() && messages[0].role != "system")
     out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
   for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   if (add_generation_prompt) out += "<|im_start|>assistant\n";

@@ -48,8 +48,12 @@ class ChatTemplate {
 
   const std::string& name() const { return name_; }
   Family family() const { return family_; }
-  // ChatML: the system turn written when the conversation does not start with one ("" = none).
+  // ChatML: the system turn a file's Jinja template writes when the conversation does not
+  // start with one ("" = none). It is written only after use_default_system(true): like
+  // llama.cpp's built-in templates, cellm renders just the messages it is given by default
+  // (SmolLM2-135M answers plain questions far better without its default system turn).
   const std::string& default_system_prompt() const { return default_system_; }
+  void use_default_system(bool on) { use_default_system_ = on; }
   // Text that ends an assistant turn ("<|im_end|>", "<end_of_turn>", "<|eot_id|>").
   std::string_view end_of_turn() const;
 
@@ -64,6 +68,7 @@ class ChatTemplate {
   std::string name_;
   Family family_;
   std::string default_system_;
+  bool use_default_system_ = false;
 };
 
 }  // namespace cellm::tokenizer

@@ -33,9 +33,12 @@ ErrorCode error_of(F&& f, std::string* message = nullptr) {
 TEST(ChatTemplate, SmolLM2MatchesItsJinjaTemplate) {
   CELLM_REQUIRE_MODEL(path, test::kSmolLM2);
   const auto file = gguf::File::open(path);
-  const ChatTemplate tmpl = ChatTemplate::for_model(*file);
+  ChatTemplate tmpl = ChatTemplate::for_model(*file);
   EXPECT_EQ(tmpl.name(), "smollm2");
   EXPECT_EQ(tmpl.default_system_prompt(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  // Off by default: only the given messages are rendered.
+  EXPECT_EQ(tmpl.render(Messages{{"user", "Hi!"}}, true), "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+  tmpl.use_default_system(true);  // what the Jinja template does
   std::ifstream in(test::tokenizer_data_path("chat_smollm2.jsonl"));
   ASSERT_TRUE(in);
   size_t cases = 0;
@@ -80,10 +83,13 @@ TEST(ChatTemplate, Llama3HeadersTrimContent) {
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-TEST(ChatTemplate, ChatMLByNameHasNoDefaultSystemTurn) {
+TEST(ChatTemplate, DefaultSystemTurnOnlyWhenAskedFor) {
   EXPECT_EQ(ChatTemplate::by_name("chatml").render(Messages{{"user", " x "}}, true),
             "<|im_start|>user\n x <|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(ChatTemplate::by_name("qwen2").render(Messages{{"user", "x"}}, false),
+  ChatTemplate qwen2 = ChatTemplate::by_name("qwen2");
+  EXPECT_EQ(qwen2.render(Messages{{"user", "x"}}, false), "<|im_start|>user\nx<|im_end|>\n");
+  qwen2.use_default_system(true);
+  EXPECT_EQ(qwen2.render(Messages{{"user", "x"}}, false),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n");
 }
 

@@ -1,7 +1,7 @@
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/driver_api.h"
 
 namespace cellm::cuda {
 
@@ -29,8 +29,9 @@ DeviceInfo query_device(int device) {
   info.total_memory = prop.totalGlobalMem;
   int vmm = 0;
   CUdevice dev;
-  if (cuInit(0) == CUDA_SUCCESS && cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
-      cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) == CUDA_SUCCESS)
+  const DriverApi& api = driver_api();
+  if (api.complete && api.device_get(&dev, device) == CUDA_SUCCESS &&
+      api.device_get_attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) == CUDA_SUCCESS)
     info.vmm_supported = vmm != 0;
   return info;
 }

@@ -1,0 +1,70 @@
+#pragma once
+// The interface every backend implements: memory, weight placement, KV pool storage and the
+// kernels a Program's ops call. The executor (runtime/) is its only user. On device backends
+// kernels are asynchronous and run in issue order; on the CPU they complete before returning.
+// Backends know nothing of sessions: the KV side buffers they read are plain arrays.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/ops.h"
+#include "kv/storage.h"
+
+namespace cellm::backend {
+
+struct MemoryStats {
+  size_t device_total = 0;  // 0 on the CPU
+  size_t device_used = 0;   // what the device reports in use (all processes)
+  size_t allocated = 0;     // what this backend holds now (buffers, weights, KV pools)
+  size_t peak_allocated = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;  // e.g. "cpu (avx512vnni, 2 threads)"
+
+  // --- memory -------------------------------------------------------------------------------
+  // Allocations throw Error(OutOfMemory) naming `what` and the size.
+  virtual void* allocate(size_t bytes, const char* what) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;  // waits for prior work
+  // Makes a weight (a host view into the mapped GGUF file, GGUF layout) available to kernels
+  // and returns the view kernels get for it. The CPU uses the mapping in place (no copy, so a
+  // process holds its weights once); device backends copy once, and may repack the blocks
+  // into a layout of their own (the returned view keeps the dtype and shape).
+  virtual TensorRef place_weight(const TensorRef& host_weight, const std::string& name) = 0;
+  virtual std::unique_ptr<kv::KvStorage> create_kv_storage(size_t bytes_per_row) = 0;
+  virtual MemoryStats memory_stats() const = 0;
+
+  // --- kernels: rows are out.rows unless stated; every row is computed independently ----------
+  // out[t] = dequantize(table[tokens[t]]) * scale
+  virtual void embed(const TensorRef& table, const int32_t* tokens, float scale, const TensorRef& out) = 0;
+  // out = x / sqrt(mean(x^2) + eps) * weight, over each group of `group` elements of a row.
+  virtual void rms_norm(const TensorRef& x, const float* weight, int32_t group, float eps, const TensorRef& out) = 0;
+  // out[t][n] = sum_k x[t][k] * w[n][k] (+ bias[n])
+  virtual void matmul(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) = 0;
+  // Rotates the first rope_dim dims of each head of x in place, at positions[t].
+  virtual void rope(const TensorRef& x, const int32_t* positions, const RopeParams& params) = 0;
+  // Writes row t of k and v into pool row dst.cells[t], converting to dst.dtype.
+  virtual void kv_store(const TensorRef& k, const TensorRef& v, const KvDestination& dst) = 0;
+  // Causal (and windowed) attention of each query row over the cells its page list names.
+  virtual void attention(const TensorRef& q, const PagedKv& kv, const int32_t* positions, float scale,
+                         const TensorRef& out) = 0;
+  virtual void add(const TensorRef& a, const TensorRef& b, const TensorRef& out) = 0;
+  // out = act(gate) * up
+  virtual void glu(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& out) = 0;
+  // out[i] = x[rows[i]]
+  virtual void gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) = 0;
+  // out[r] = index of the largest value of logits row r (the lowest index among equals);
+  // `out` is backend memory of logits.rows ints. Lets greedy decoding skip copying logits.
+  virtual void argmax_rows(const TensorRef& logits, int32_t* out) = 0;
+
+  virtual void synchronize() = 0;
+};
+
+}  // namespace cellm::backend

@@ -1,0 +1,114 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernels.h"
+#include "core/error.h"
+#include "kv/host_storage.h"
+
+namespace cellm::cpu {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+// Allocation header so release() knows the size for the accounting.
+struct alignas(kAlignment) AllocationHeader {
+  size_t bytes;
+};
+
+}  // namespace
+
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+
+std::string CpuBackend::description() const {
+  return "cpu (" + cpu_features_summary() + ", " + std::to_string(pool_.size()) + " threads, matmul " +
+         std::string(matmul_isa_name(default_matmul_isa())) + ")";
+}
+
+void* CpuBackend::allocate(size_t bytes, const char* what) {
+  const size_t total = (sizeof(AllocationHeader) + bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, total);
+  if (p == nullptr) fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes of host memory for ", what);
+  static_cast<AllocationHeader*>(p)->bytes = bytes;
+  const size_t now = allocated_.fetch_add(bytes) + bytes;
+  size_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+  return static_cast<char*>(p) + sizeof(AllocationHeader);
+}
+
+void CpuBackend::release(void* p) {
+  if (p == nullptr) return;
+  auto* header = reinterpret_cast<AllocationHeader*>(static_cast<char*>(p) - sizeof(AllocationHeader));
+  allocated_.fetch_sub(header->bytes);
+  std::free(header);
+}
+
+void CpuBackend::upload(void* dst, const void* host_src, size_t bytes) { std::memcpy(dst, host_src, bytes); }
+void CpuBackend::download(void* host_dst, const void* src, size_t bytes) { std::memcpy(host_dst, src, bytes); }
+
+backend::TensorRef CpuBackend::place_weight(const TensorRef& host_weight, const std::string&) { return host_weight; }
+
+std::unique_ptr<kv::KvStorage> CpuBackend::create_kv_storage(size_t bytes_per_row) {
+  return std::make_unique<kv::HostStorage>(bytes_per_row);
+}
+
+backend::MemoryStats CpuBackend::memory_stats() const {
+  backend::MemoryStats s;
+  s.allocated = allocated_.load();
+  s.peak_allocated = peak_.load();
+  return s;
+}
+
+void CpuBackend::embed(const TensorRef& table, const int32_t* tokens, float scale, const TensorRef& out) {
+  cpu::embed(pool_, table, tokens, scale, out);
+}
+
+void CpuBackend::rms_norm(const TensorRef& x, const float* weight, int32_t group, float eps, const TensorRef& out) {
+  cpu::rms_norm(pool_, x, weight, group, eps, out);
+}
+
+void CpuBackend::matmul(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) {
+  const WeightMatrix weights{w.dtype, w.data, w.rows, w.cols, w.row_stride};
+  cpu::matmul(pool_, weights, static_cast<const float*>(x.data), static_cast<int64_t>(x.row_stride / sizeof(float)),
+              x.rows, static_cast<float*>(out.data), static_cast<int64_t>(out.row_stride / sizeof(float)), bias,
+              scratch_);
+}
+
+void CpuBackend::rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params) {
+  cpu::rope(pool_, x, positions, params);
+}
+
+void CpuBackend::kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst) {
+  cpu::kv_store(pool_, k, v, dst);
+}
+
+void CpuBackend::attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
+                           const TensorRef& out) {
+  cpu::attention(pool_, q, kv, positions, scale, out);
+}
+
+void CpuBackend::add(const TensorRef& a, const TensorRef& b, const TensorRef& out) { cpu::add(pool_, a, b, out); }
+
+void CpuBackend::glu(const TensorRef& gate, const TensorRef& up, backend::GluActivation act, const TensorRef& out) {
+  cpu::glu(pool_, gate, up, act, out);
+}
+
+void CpuBackend::gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) {
+  cpu::gather_rows(x, rows, out);
+}
+
+void CpuBackend::argmax_rows(const TensorRef& logits, int32_t* out) {
+  for (int64_t r = 0; r < logits.rows; ++r) {
+    const float* row = logits.row<const float>(r);
+    int32_t best = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(logits.cols); ++i)
+      if (row[i] > row[best]) best = i;
+    out[r] = best;
+  }
+}
+
+}  // namespace cellm::cpu

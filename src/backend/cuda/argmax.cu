@@ -1,0 +1,55 @@
+// Index of the largest value of each logits row (the lowest index among equals), one block
+// per row: each thread scans a strided slice, then the block merges the candidates.
+#include <climits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+
+struct Best {
+  float value;
+  int32_t index;
+};
+
+// Prefers the larger value, then the lower index. NaNs never win (as on the CPU).
+__device__ __forceinline__ Best better(Best a, Best b) {
+  if (b.value > a.value || (b.value == a.value && b.index < a.index)) return b;
+  return a;
+}
+
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, size_t stride, int64_t cols,
+                                                          int32_t* out) {
+  __shared__ Best warp_best[kThreads / 32];
+  const float* row = logits + blockIdx.x * stride;
+  Best best{-INFINITY, INT_MAX};
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) best = better(best, Best{row[i], static_cast<int32_t>(i)});
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const Best other{__shfl_xor_sync(0xffffffffu, best.value, offset), __shfl_xor_sync(0xffffffffu, best.index, offset)};
+    best = better(best, other);
+  }
+  if (threadIdx.x % 32 == 0) warp_best[threadIdx.x / 32] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Best b = warp_best[0];
+    for (int w = 1; w < kThreads / 32; ++w) b = better(b, warp_best[w]);
+    out[blockIdx.x] = b.index == INT_MAX ? 0 : b.index;
+  }
+}
+
+}  // namespace
+
+void launch_argmax_rows(const TensorRef& logits, int32_t* out, cudaStream_t stream) {
+  if (logits.dtype != DType::F32) fail(ErrorCode::Internal, "argmax_rows works on f32 logits");
+  if (logits.rows == 0) return;
+  argmax_kernel<<<static_cast<unsigned>(logits.rows), kThreads, 0, stream>>>(
+      static_cast<const float*>(logits.data), logits.row_stride / sizeof(float), logits.cols, out);
+  check_launch("argmax kernel");
+}
+
+}  // namespace cellm::cuda

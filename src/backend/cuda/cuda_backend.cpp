@@ -1,0 +1,201 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <sstream>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/driver_api.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul.h"
+#include "core/error.h"
+
+namespace cellm::cuda {
+namespace {
+
+// Weight rows are padded to this many bytes so the GEMV's vector loads stay aligned.
+constexpr size_t kWeightRowAlignment = 16;
+
+}  // namespace
+
+std::unique_ptr<backend::Backend> create_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+CudaBackend::CudaBackend(int device) : device_(device), memory_(device) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || device < 0 || device >= count) {
+    (void)cudaGetLastError();
+    fail(ErrorCode::Unsupported, "CUDA device ", device, " is not available (",
+         err != cudaSuccess ? cudaGetErrorString(err) : "no such device", ")");
+  }
+  use_device(device_);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  device_name_ = prop.name;
+  sm_major_ = prop.major;
+  sm_minor_ = prop.minor;
+  sm_count_ = prop.multiProcessorCount;
+  if (const cudaError_t probe = probe_kernel_image(); probe != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(ErrorCode::Unsupported, "this cellm's CUDA kernels cannot run on ", device_name_, " (sm_", sm_major_,
+         sm_minor_, "): ", cudaGetErrorString(probe), "; rebuild with CMAKE_CUDA_ARCHITECTURES including it");
+  }
+  vmm_supported_ = device_supports_vmm(device_);
+  kv_growth_ = kv_growth_from_env(vmm_supported_);
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  try {
+    matmul_ = std::make_unique<Matmul>(stream_, memory_);
+    attention_partials_floats_ = attention_partials_floats(sm_count_);
+    attention_partials_ =
+        static_cast<float*>(memory_.allocate(attention_partials_floats_ * sizeof(float), "attention partials"));
+  } catch (...) {
+    free_all();
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() { free_all(); }
+
+void CudaBackend::free_all() {
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  matmul_.reset();
+  try {
+    memory_.release(attention_partials_);
+  } catch (...) {
+  }
+  attention_partials_ = nullptr;
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  stream_ = nullptr;
+}
+
+std::string CudaBackend::description() const {
+  std::ostringstream out;
+  out << "cuda (" << device_name_ << ", sm_" << sm_major_ << sm_minor_ << ", " << sm_count_ << " SMs, KV growth "
+      << kv_growth_name(kv_growth_) << ")";
+  return out.str();
+}
+
+void* CudaBackend::allocate(size_t bytes, const char* what) { return memory_.allocate(bytes, what); }
+
+void CudaBackend::release(void* p) { memory_.release(p); }
+
+void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  use_device(device_);
+  // From pageable memory this returns once the source has been staged, so the caller may
+  // reuse its buffer at once; the copy is ordered with the kernels on the stream.
+  check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+}
+
+void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
+  use_device(device_);
+  if (bytes > 0) check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+  check(cudaStreamSynchronize(stream_), "download (a kernel before it failed)");
+}
+
+backend::TensorRef CudaBackend::place_weight(const TensorRef& host_weight, const std::string& name) {
+  const size_t row = row_bytes(host_weight.dtype, host_weight.cols);
+  const size_t stride = (row + kWeightRowAlignment - 1) / kWeightRowAlignment * kWeightRowAlignment;
+  const size_t bytes = stride * static_cast<size_t>(host_weight.rows);
+  void* device = memory_.allocate(bytes, name.c_str());
+  try {
+    check(cudaMemcpy2DAsync(device, stride, host_weight.data, host_weight.row_stride, row,
+                            static_cast<size_t>(host_weight.rows), cudaMemcpyHostToDevice, stream_),
+          "weight upload");
+    check(cudaStreamSynchronize(stream_), "weight upload");
+  } catch (...) {
+    memory_.release(device);
+    throw;
+  }
+  TensorRef placed = host_weight;
+  placed.data = device;
+  placed.row_stride = stride;
+  return placed;
+}
+
+std::unique_ptr<kv::KvStorage> CudaBackend::create_kv_storage(size_t bytes_per_row) {
+  return create_kv_storage(bytes_per_row, kv_growth_);
+}
+
+std::unique_ptr<DeviceKvStorage> CudaBackend::create_kv_storage(size_t bytes_per_row, KvGrowth growth) {
+  use_device(device_);
+  if (growth == KvGrowth::Vmm && !vmm_supported_)
+    fail(ErrorCode::Unsupported, "in-place KV growth needs virtual memory management, which ", device_name_, " lacks");
+  return create_device_kv_storage(growth, bytes_per_row, stream_, memory_);
+}
+
+backend::MemoryStats CudaBackend::memory_stats() const {
+  backend::MemoryStats s;
+  size_t free_bytes = 0, total_bytes = 0;
+  use_device(device_);
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    s.device_total = total_bytes;
+    s.device_used = total_bytes - free_bytes;
+  } else {
+    (void)cudaGetLastError();
+  }
+  s.allocated = memory_.allocated();
+  s.peak_allocated = memory_.peak();
+  return s;
+}
+
+void CudaBackend::embed(const TensorRef& table, const int32_t* tokens, float scale, const TensorRef& out) {
+  use_device(device_);
+  launch_embed(table, tokens, scale, out, stream_);
+}
+
+void CudaBackend::rms_norm(const TensorRef& x, const float* weight, int32_t group, float eps, const TensorRef& out) {
+  use_device(device_);
+  launch_rms_norm(x, weight, group, eps, out, stream_);
+}
+
+void CudaBackend::matmul(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) {
+  use_device(device_);
+  matmul_->run(x, w, bias, out);
+}
+
+void CudaBackend::matmul_gemm(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) {
+  use_device(device_);
+  matmul_->run_gemm(x, w, bias, out);
+}
+
+void CudaBackend::rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params) {
+  use_device(device_);
+  launch_rope(x, positions, params, stream_);
+}
+
+void CudaBackend::kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst) {
+  use_device(device_);
+  launch_kv_store(k, v, dst, stream_);
+}
+
+void CudaBackend::attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
+                            const TensorRef& out) {
+  use_device(device_);
+  launch_attention(q, kv, positions, scale, out, {attention_partials_, attention_partials_floats_, sm_count_}, stream_);
+}
+
+void CudaBackend::add(const TensorRef& a, const TensorRef& b, const TensorRef& out) {
+  use_device(device_);
+  launch_add(a, b, out, stream_);
+}
+
+void CudaBackend::glu(const TensorRef& gate, const TensorRef& up, backend::GluActivation act, const TensorRef& out) {
+  use_device(device_);
+  launch_glu(gate, up, act, out, stream_);
+}
+
+void CudaBackend::gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) {
+  use_device(device_);
+  launch_gather_rows(x, rows, out, stream_);
+}
+
+void CudaBackend::argmax_rows(const TensorRef& logits, int32_t* out) {
+  use_device(device_);
+  launch_argmax_rows(logits, out, stream_);
+}
+
+void CudaBackend::synchronize() {
+  use_device(device_);
+  check(cudaStreamSynchronize(stream_), "synchronize");
+}
+
+}  // namespace cellm::cuda

@@ -1,0 +1,135 @@
+#include "backend/cuda/matmul.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr size_t kWeightScratchElems = size_t{32} << 20;  // 64 MiB of bf16
+constexpr size_t kActScratchElems = size_t{16} << 20;     // 32 MiB of bf16
+constexpr size_t kQuantizedElems = size_t{4} << 20;       // int8 activations of the GEMV: rows x K
+
+void check_blas(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) fail(ErrorCode::OutOfMemory, what, ": cuBLAS could not allocate");
+  fail(ErrorCode::Internal, what, ": cuBLAS status ", static_cast<int>(status));
+}
+
+}  // namespace
+
+Matmul::Matmul(cudaStream_t stream, DeviceMemory& memory) : stream_(stream), memory_(memory) {
+  check_blas(cublasCreate(&handle_), "cublasCreate");
+  try {
+    check_blas(cublasSetStream(handle_, stream_), "cublasSetStream");
+    workspace_ = memory_.allocate(kWorkspaceBytes, "cuBLAS workspace");
+    check_blas(cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes), "cublasSetWorkspace");
+    check_blas(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    w_scratch_ = memory_.allocate(kWeightScratchElems * 2, "matmul weight scratch");
+    x_scratch_ = memory_.allocate(kActScratchElems * 2, "matmul activation scratch");
+    // Values, then one scale and one sum per 32 values.
+    q_scratch_ = memory_.allocate(kQuantizedElems + 2 * (kQuantizedElems / 32) * sizeof(float),
+                                  "matmul quantized activations");
+  } catch (...) {
+    free_all();
+    throw;
+  }
+}
+
+Matmul::~Matmul() { free_all(); }
+
+void Matmul::free_all() {
+  if (handle_ != nullptr) (void)cublasDestroy(handle_);
+  handle_ = nullptr;
+  for (void** p : {&workspace_, &w_scratch_, &x_scratch_, &q_scratch_}) {
+    try {
+      memory_.release(*p);
+    } catch (...) {
+    }
+    *p = nullptr;
+  }
+}
+
+void Matmul::run(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+                 const backend::TensorRef& out) {
+  if (x.cols != w.cols || out.cols != w.rows || out.rows != x.rows || out.dtype != DType::F32)
+    fail(ErrorCode::Internal, "matmul: x [", x.rows, " x ", x.cols, "] . w [", w.rows, " x ", w.cols, "]^T -> out [",
+         out.rows, " x ", out.cols, "]");
+  if (x.rows == 0) return;
+  if (x.rows <= kGemvMaxRows && gemv_supported(x, w)) {
+    QuantizedRows q;
+    if (gemv_wants_quantized(w) && static_cast<size_t>(x.rows * x.cols) <= kQuantizedElems) {
+      auto* base = static_cast<char*>(q_scratch_);
+      q.values = reinterpret_cast<int8_t*>(base);
+      q.scales = reinterpret_cast<float*>(base + kQuantizedElems);
+      q.sums = q.scales + kQuantizedElems / 32;
+      q.row_stride = x.cols;
+    }
+    if (!gemv_wants_quantized(w) || q.values != nullptr) {
+      launch_gemv(x, w, bias, out, q, stream_);
+      return;
+    }
+  }
+  run_gemm(x, w, bias, out);
+}
+
+void Matmul::gemm_bf16(const void* w, int64_t lda, const void* x, int64_t n_rows, int64_t t_rows, int64_t k,
+                       float* out, int64_t ldc) {
+  // Row-major out[t][n] is column-major out^T (n x t): out^T = W (k x n, column-major)^T . X^T.
+  const float one = 1.0f, zero = 0.0f;
+  check_blas(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_rows), static_cast<int>(t_rows),
+                          static_cast<int>(k), &one, w, CUDA_R_16BF, static_cast<int>(lda), x, CUDA_R_16BF,
+                          static_cast<int>(k), &zero, out, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx (bf16)");
+}
+
+void Matmul::run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+                      const backend::TensorRef& out) {
+  const int64_t T = x.rows, N = w.rows, K = w.cols;
+  if (T == 0) return;
+  if (x.dtype != DType::F32) fail(ErrorCode::Internal, "matmul activations must be f32");
+  if (K > int64_t{1} << 30 || N > int64_t{1} << 30 || T > int64_t{1} << 30)
+    fail(ErrorCode::Unsupported, "matmul of ", T, " x ", K, " by ", N, " rows is too large");
+  const int64_t ldc = static_cast<int64_t>(out.row_stride / sizeof(float));
+  auto* out_data = static_cast<float*>(out.data);
+
+  if (w.dtype == DType::F32) {
+    const float one = 1.0f, zero = 0.0f;
+    check_blas(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T),
+                            static_cast<int>(K), &one, w.data, CUDA_R_32F, static_cast<int>(w.row_stride / 4), x.data,
+                            CUDA_R_32F, static_cast<int>(x.row_stride / 4), &zero, out_data, CUDA_R_32F,
+                            static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx (f32)");
+  } else {
+    if (static_cast<size_t>(K) > kActScratchElems || static_cast<size_t>(K) > kWeightScratchElems)
+      fail(ErrorCode::Unsupported, "matmul inner dimension ", K, " exceeds the CUDA scratch buffers");
+    const int64_t t_chunk = std::min<int64_t>(T, static_cast<int64_t>(kActScratchElems / static_cast<size_t>(K)));
+    const bool direct = w.dtype == DType::BF16 && w.row_stride % 2 == 0;
+    const int64_t n_chunk =
+        direct ? N : std::min<int64_t>(N, static_cast<int64_t>(kWeightScratchElems / static_cast<size_t>(K)));
+    const bool x_once = t_chunk == T;
+    if (x_once) launch_convert_bf16(x, 0, T, x_scratch_, stream_);
+    for (int64_t n0 = 0; n0 < N; n0 += n_chunk) {
+      const int64_t nc = std::min(n_chunk, N - n0);
+      const void* w_rows = static_cast<const char*>(w.data) + static_cast<size_t>(n0) * w.row_stride;
+      int64_t lda = direct ? static_cast<int64_t>(w.row_stride / 2) : K;
+      if (!direct) {
+        launch_dequantize_bf16(w, n0, nc, w_scratch_, stream_);
+        w_rows = w_scratch_;
+      }
+      for (int64_t t0 = 0; t0 < T; t0 += t_chunk) {
+        const int64_t tc = std::min(t_chunk, T - t0);
+        if (!x_once) launch_convert_bf16(x, t0, tc, x_scratch_, stream_);
+        gemm_bf16(w_rows, lda, x_scratch_, nc, tc, K, out_data + static_cast<size_t>(t0) * ldc + n0, ldc);
+      }
+    }
+  }
+  if (bias != nullptr) launch_add_bias(out, bias, stream_);
+}
+
+}  // namespace cellm::cuda

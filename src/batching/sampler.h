@@ -1,0 +1,51 @@
+#pragma once
+// Picks the next token from a row of logits. The chain, in order: repetition penalty over the
+// recent history, top-k, top-p (nucleus), min-p (all three on the softmax of the penalised
+// logits), temperature, then a draw from a seeded generator. Temperature 0 is greedy (argmax,
+// lowest id on ties) and draws nothing. The same seed and the same logits give the same tokens.
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace cellm::batching {
+
+struct SamplingParams {
+  float temperature = 0.0f;     // 0: greedy
+  int32_t top_k = 0;            // 0: off
+  float top_p = 1.0f;           // 1: off
+  float min_p = 0.0f;           // 0: off
+  float repeat_penalty = 1.0f;  // 1: off; > 1 discourages tokens seen in the last repeat_last_n
+  int32_t repeat_last_n = 64;
+  std::optional<uint64_t> seed;  // none: drawn from std::random_device
+
+  // Throws InvalidArgument naming the parameter when a value is out of range.
+  void validate() const;
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // `history`: the tokens so far (prompt and output), for the repetition penalty.
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  uint64_t seed() const { return seed_; }
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+  };
+  SamplingParams params_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> candidates_;
+  std::vector<float> probs_;
+};
+
+// Index of the largest value; the lowest index among equals.
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace cellm::batching

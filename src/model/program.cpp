@@ -1,0 +1,41 @@
+#include "model/program.h"
+
+#include <sstream>
+
+namespace cellm::model {
+
+const char* method_name(Method method) { return method == Method::Decode ? "decode" : "prefill"; }
+
+const char* op_name(OpCode code) {
+  switch (code) {
+    case OpCode::Embed: return "embed";
+    case OpCode::RmsNorm: return "rms_norm";
+    case OpCode::MatMul: return "matmul";
+    case OpCode::Rope: return "rope";
+    case OpCode::KvStore: return "kv_store";
+    case OpCode::Attention: return "attention";
+    case OpCode::Add: return "add";
+    case OpCode::Glu: return "glu";
+    case OpCode::GatherRows: return "gather_rows";
+  }
+  return "?";
+}
+
+std::string Program::describe() const {
+  std::ostringstream out;
+  out << arch << " " << method_name(method) << " program: tokens " << min_tokens << ".." << max_tokens << ", "
+      << ops.size() << " ops, " << values.size() << " values, activation arena " << arena_bytes << " bytes\n";
+  auto name = [&](ValueId id) { return id == kNoValue ? std::string("-") : values[id].name; };
+  for (const Op& op : ops) {
+    out << "  " << op_name(op.code);
+    if (op.layer >= 0) out << "[" << op.layer << "]";
+    out << " " << name(op.a);
+    if (op.b != kNoValue) out << ", " << name(op.b);
+    if (op.c != kNoValue) out << ", " << name(op.c);
+    if (op.out != kNoValue) out << " -> " << name(op.out) << " @" << values[op.out].arena_offset;
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace cellm::model

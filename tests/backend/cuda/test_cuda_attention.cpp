@@ -1,0 +1,208 @@
+// Paged attention on the GPU against the CPU kernel, with side buffers built by a real
+// kv::CellCache: clones sharing pages, windowed and full layers, decode rows beside a prefill
+// slice, a long context (split over many blocks) and a large prefill (one block per row).
+// Every pool byte a row may not read is NaN, per layer: any leak shows in the outputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "core/half.h"
+#include "cuda_test_support.h"
+#include "kv/cell_cache.h"
+#include "kv/host_storage.h"
+
+namespace cellm::cuda::testing {
+namespace {
+
+struct Layout {
+  int32_t n_kv_heads;
+  int32_t head_dim;
+  int32_t group;   // query heads per KV head
+  int32_t window;  // of layer 1 (layer 0 sees the full history)
+  DType dtype;
+};
+
+void write_value(DType dtype, std::byte* row, int64_t i, float v) {
+  switch (dtype) {
+    case DType::F16: {
+      const uint16_t h = fp32_to_fp16(v);
+      std::memcpy(row + 2 * i, &h, 2);
+      break;
+    }
+    case DType::BF16: {
+      const uint16_t b = fp32_to_bf16(v);
+      std::memcpy(row + 2 * i, &b, 2);
+      break;
+    }
+    default: std::memcpy(row + 4 * i, &v, 4);
+  }
+}
+
+class PagedAttentionScenario {
+ public:
+  explicit PagedAttentionScenario(const Layout& layout)
+      : layout_(layout),
+        geometry_({{layout.n_kv_heads, layout.head_dim, 0, layout.dtype},
+                   {layout.n_kv_heads, layout.head_dim, layout.window, layout.dtype}}) {
+    auto host = std::make_unique<kv::HostStorage>(geometry_.bytes_per_cell());
+    pool_ = host.get();
+    kv::CellCacheConfig config;
+    config.page_cells = 16;
+    config.initial_rows = 64;  // grows while the scenario runs
+    cache_ = std::make_unique<kv::CellCache>(geometry_, config, std::move(host));
+  }
+
+  kv::CellCache& cache() { return *cache_; }
+
+  // prepare + K/V for the step's cells (random) + commit unless `keep_pending`.
+  void step(const std::vector<kv::SeqId>& seqs, const std::vector<int32_t>& positions, bool keep_pending = false) {
+    const kv::StepBuffers& s = cache_->prepare(seqs, positions);
+    const int64_t per_layer = int64_t{layout_.n_kv_heads} * layout_.head_dim;
+    for (int32_t cell : s.cells)
+      for (int32_t l = 0; l < geometry_.layer_count(); ++l)
+        for (size_t offset : {geometry_.k_offset(l), geometry_.v_offset(l)})
+          for (int64_t i = 0; i < per_layer; ++i) write_value(layout_.dtype, pool_->row(cell) + offset, i, noise_(rng_));
+    if (!keep_pending) cache_->commit();
+  }
+
+  void append(kv::SeqId seq, int32_t n, int32_t chunk) {
+    for (int32_t done = 0; done < n; done += chunk) {
+      const int32_t len = std::min(chunk, n - done);
+      std::vector<kv::SeqId> seqs(static_cast<size_t>(len), seq);
+      std::vector<int32_t> pos(static_cast<size_t>(len));
+      for (int32_t i = 0; i < len; ++i) pos[static_cast<size_t>(i)] = cache_->length(seq) + i;
+      step(seqs, pos);
+    }
+  }
+
+  // With a step pending: NaN into every layer's K and V of every cell no row of the step may
+  // read in that layer, then GPU vs CPU attention for each layer.
+  void compare_pending(CudaBackend& gpu, const std::vector<int32_t>& positions, const std::string& what) {
+    const kv::StepBuffers& s = cache_->step();
+    const auto T = static_cast<int64_t>(positions.size());
+    const auto cell_pos = cache_->cell_pos();
+    const int32_t P = cache_->config().page_cells;
+    for (int32_t l = 0; l < geometry_.layer_count(); ++l) {
+      const kv::WindowPages& wp = s.windows[static_cast<size_t>(geometry_.window_index(l))];
+      std::set<int64_t> visible;
+      for (int64_t i = 0; i < T; ++i)
+        for (int32_t e = wp.page_rows[static_cast<size_t>(i)]; e < wp.page_rows[static_cast<size_t>(i + 1)]; ++e)
+          for (int64_t c = int64_t{wp.pages[static_cast<size_t>(e)]} * P; c < int64_t{wp.pages[static_cast<size_t>(e)] + 1} * P; ++c) {
+            const int32_t p = cell_pos[static_cast<size_t>(c)];
+            if (p <= positions[static_cast<size_t>(i)] && (wp.window == 0 || p > positions[static_cast<size_t>(i)] - wp.window))
+              visible.insert(c);
+          }
+      const float nan = std::nanf("");
+      for (int64_t c = 0; c < pool_->rows(); ++c) {
+        if (visible.count(c)) continue;
+        for (size_t offset : {geometry_.k_offset(l), geometry_.v_offset(l)})
+          for (int64_t i = 0; i < int64_t{layout_.n_kv_heads} * layout_.head_dim; ++i)
+            write_value(layout_.dtype, pool_->row(c) + offset, i, nan);
+      }
+      ASSERT_GT(visible.size(), 0u);
+    }
+
+    const int64_t q_cols = int64_t{layout_.n_kv_heads} * layout_.group * layout_.head_dim;
+    const Rows q = random_rows(T, q_cols, 7 + static_cast<uint32_t>(T));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(layout_.head_dim));
+    std::vector<uint8_t> pool_bytes(reinterpret_cast<uint8_t*>(pool_->row(0)),
+                                    reinterpret_cast<uint8_t*>(pool_->row(0)) + pool_->allocated_bytes());
+    DeviceBuffer d_pool(gpu, pool_bytes), d_q(gpu, q.values), d_pos(gpu, positions),
+        d_cell_pos(gpu, std::vector<int32_t>(cell_pos.begin(), cell_pos.end())),
+        d_out(gpu, q.values.size() * sizeof(float));
+    for (int32_t l = 0; l < geometry_.layer_count(); ++l) {
+      const kv::WindowPages& wp = s.windows[static_cast<size_t>(geometry_.window_index(l))];
+      DeviceBuffer d_page_rows(gpu, wp.page_rows), d_pages(gpu, wp.pages);
+      auto paged = [&](const void* base, const int32_t* cp, const int32_t* rows, const int32_t* pages) {
+        return backend::PagedKv{static_cast<const char*>(base) + geometry_.k_offset(l),
+                                static_cast<const char*>(base) + geometry_.v_offset(l),
+                                geometry_.bytes_per_cell(),
+                                layout_.dtype,
+                                layout_.n_kv_heads,
+                                layout_.head_dim,
+                                wp.window,
+                                P,
+                                cp,
+                                rows,
+                                pages};
+      };
+      Rows cpu_out(T, q_cols);
+      cpu_backend().attention(q.host_ref(), paged(pool_->row(0), cell_pos.data(), wp.page_rows.data(), wp.pages.data()),
+                              positions.data(), scale, cpu_out.host_ref());
+      gpu.attention(Rows::device_ref(d_q, T, q_cols),
+                    paged(d_pool.data(), d_cell_pos.as<int32_t>(), d_page_rows.as<int32_t>(), d_pages.as<int32_t>()),
+                    d_pos.as<int32_t>(), scale, Rows::device_ref(d_out, T, q_cols));
+      const auto got = d_out.download<float>(q.values.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(cpu_out.values[i])) << what << " layer " << l << ": the CPU read a poisoned cell";
+        if (!(std::fabs(got[i] - cpu_out.values[i]) <= 1e-4f + 1e-4f * std::fabs(cpu_out.values[i])) && ++bad <= 5)
+          ADD_FAILURE() << what << " layer " << l << " output " << i << ": gpu " << got[i] << " cpu "
+                        << cpu_out.values[i];
+      }
+      EXPECT_EQ(bad, 0u) << what << " layer " << l;
+    }
+  }
+
+ private:
+  Layout layout_;
+  kv::Geometry geometry_;
+  kv::HostStorage* pool_ = nullptr;
+  std::unique_ptr<kv::CellCache> cache_;
+  std::mt19937 rng_{1234};
+  std::normal_distribution<float> noise_{0.0f, 1.0f};
+};
+
+class CudaAttention : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(CudaAttention, MatchesCpuOverPageListsAndNeverReadsInvisibleCells) {
+  CELLM_REQUIRE_GPU(gpu);
+  PagedAttentionScenario sc(GetParam());
+  kv::CellCache& cache = sc.cache();
+  const kv::SeqId a = cache.create();
+  sc.append(a, 100, 100);
+  const kv::SeqId b = cache.clone(a, 50);  // shares a's first three pages
+  ASSERT_EQ(cache.pages_of(b)[0], cache.pages_of(a)[0]);
+  sc.append(b, 30, 30);
+  const kv::SeqId c = cache.create();
+  sc.append(c, 700, 175);  // a long context: many pages, split over blocks
+  const kv::SeqId idle = cache.create();
+  sc.append(idle, 40, 40);  // never in a step: all its cells are NaN below
+
+  {  // decode rows of a, b, c beside a 20-token prefill of a new sequence
+    const kv::SeqId d = cache.create();
+    std::vector<kv::SeqId> seqs = {a, b, c};
+    std::vector<int32_t> pos = {100, 80, 700};
+    for (int32_t i = 0; i < 20; ++i) {
+      seqs.push_back(d);
+      pos.push_back(i);
+    }
+    sc.step(seqs, pos, true);
+    sc.compare_pending(gpu, pos, "mixed step");
+    cache.abort();
+    cache.remove(d);
+  }
+  {  // decode only: the most splits
+    const std::vector<int32_t> pos = {100, 80, 700};
+    sc.step({a, b, c}, pos, true);
+    sc.compare_pending(gpu, pos, "decode step");
+    cache.abort();
+  }
+  {  // a 300-token prefill continuing c: one block per row and head
+    std::vector<int32_t> pos(300);
+    for (int32_t i = 0; i < 300; ++i) pos[static_cast<size_t>(i)] = 700 + i;
+    sc.step(std::vector<kv::SeqId>(300, c), pos, true);
+    sc.compare_pending(gpu, pos, "prefill step");
+    cache.abort();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaAttention,
+                         ::testing::Values(Layout{3, 64, 3, 24, DType::F16},    // SmolLM2-like
+                                           Layout{1, 256, 4, 40, DType::F16},   // Gemma-3-like
+                                           Layout{2, 128, 2, 0, DType::BF16},   // no window
+                                           Layout{4, 32, 8, 17, DType::F32}));  // wide groups
+
+}  // namespace
+}  // namespace cellm::cuda::testing

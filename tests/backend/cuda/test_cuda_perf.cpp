@@ -1,0 +1,116 @@
+// Throughput figures of the main kernels on the GPU (run with CELLM_CUDA_PERF=1). Prints
+// bandwidth and FLOP rates; asserts nothing about time. Weights are random bytes: the kernels
+// do the same work whatever the values.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "backend/cuda/matmul.h"
+#include "cuda_test_support.h"
+
+namespace cellm::cuda::testing {
+namespace {
+
+bool perf_enabled() {
+  const char* v = std::getenv("CELLM_CUDA_PERF");
+  return v != nullptr && std::string(v) == "1";
+}
+
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; i += 8) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+// Mean milliseconds of fn over `iters` runs after a warm-up, timed with events on the stream.
+template <typename Fn>
+double time_ms(CudaBackend& gpu, int iters, Fn&& fn) {
+  fn();
+  gpu.synchronize();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  cudaEventRecord(start, gpu.stream());
+  for (int i = 0; i < iters; ++i) fn();
+  cudaEventRecord(stop, gpu.stream());
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / iters;
+}
+
+TEST(CudaPerf, MatmulThroughput) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const int64_t N = 32768, K = 8192;  // weights several times the 60 MB L2
+  for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                     DType::BF16}) {
+    const size_t bytes = row_bytes(type, K) * N;
+    std::vector<uint8_t> host = random_bytes(bytes, 1);
+    // Keep fp16 scales finite so no kernel takes a slow path on NaN/inf (it would not, but
+    // the figures should not depend on it): zero the top bits of every 16-bit word.
+    for (size_t i = 1; i < host.size(); i += 2) host[i] &= 0x3f;
+    const TensorRef placed = gpu.place_weight({host.data(), type, N, K, row_bytes(type, K)}, "perf");
+    host.clear();
+    host.shrink_to_fit();
+    for (int64_t T : {1, 2, 4, 8, 16, 64, 512}) {
+      const Rows x = random_rows(T, K, 5);
+      DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
+      const TensorRef gx = Rows::device_ref(d_x, T, K), gout = Rows::device_ref(d_out, T, N);
+      const double ms = time_ms(gpu, T <= kGemvMaxRows ? 50 : 10, [&] { gpu.matmul(gx, placed, nullptr, gout); });
+      std::printf("[ perf ] matmul %-5s N=%lld K=%lld T=%-4lld %8.3f ms  weights %7.1f GB/s  %7.1f TFLOP/s\n",
+                  std::string(dtype_name(type)).c_str(), static_cast<long long>(N), static_cast<long long>(K),
+                  static_cast<long long>(T), ms, bytes / ms / 1e6, 2.0 * T * N * K / ms / 1e9);
+    }
+    gpu.release(placed.data);
+  }
+}
+
+TEST(CudaPerf, AttentionDecodeThroughput) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const int32_t n_kv = 8, hd = 128, group = 4, P = 16;
+  const size_t row_stride = size_t{2} * n_kv * hd * 2;  // this layer's K and V
+  for (int32_t context : {1024, 8192, 32768}) {
+    for (int32_t rows : {1, 8, 64}) {
+      const int32_t pages_per_row = context / P;
+      const int64_t pool_rows = int64_t{pages_per_row} * P * rows;
+      DeviceBuffer pool(gpu, static_cast<size_t>(pool_rows) * row_stride);
+      cudaMemsetAsync(pool.data(), 0, static_cast<size_t>(pool_rows) * row_stride, gpu.stream());
+      std::vector<int32_t> cell_pos(static_cast<size_t>(pool_rows)), page_rows, pages, positions;
+      for (int32_t r = 0; r < rows; ++r) {
+        page_rows.push_back(static_cast<int32_t>(pages.size()));
+        for (int32_t p = 0; p < pages_per_row; ++p) {
+          const int32_t page = r * pages_per_row + p;
+          pages.push_back(page);
+          for (int32_t s = 0; s < P; ++s) cell_pos[static_cast<size_t>(page * P + s)] = p * P + s;
+        }
+        positions.push_back(context - 1);
+      }
+      page_rows.push_back(static_cast<int32_t>(pages.size()));
+      DeviceBuffer d_cell_pos(gpu, cell_pos), d_page_rows(gpu, page_rows), d_pages(gpu, pages), d_pos(gpu, positions);
+      const int64_t q_cols = int64_t{n_kv} * group * hd;
+      const Rows q = random_rows(rows, q_cols, 3);
+      DeviceBuffer d_q(gpu, q.values), d_out(gpu, q.values.size() * sizeof(float));
+      const backend::PagedKv kv{pool.data(), pool.as<char>() + n_kv * hd * 2, row_stride, DType::F16, n_kv, hd, 0, P,
+                                d_cell_pos.as<int32_t>(), d_page_rows.as<int32_t>(), d_pages.as<int32_t>()};
+      const double ms = time_ms(gpu, 20, [&] {
+        gpu.attention(Rows::device_ref(d_q, rows, q_cols), kv, d_pos.as<int32_t>(), 0.08f,
+                      Rows::device_ref(d_out, rows, q_cols));
+      });
+      const double kv_bytes = static_cast<double>(pool_rows) * row_stride;
+      std::printf("[ perf ] attention rows=%-3d context=%-6d kv heads %d x %d, group %d: %8.3f ms  KV %7.1f GB/s\n", rows,
+                  context, n_kv, hd, group, ms, kv_bytes / ms / 1e6);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cellm::cuda::testing

@@ -1,0 +1,173 @@
+// The row kernels of the CUDA backend against the CPU backend on random inputs: embed (every
+// weight format, bit-exact), rms_norm, add, glu, gather_rows, argmax_rows, rope, kv_store.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/half.h"
+#include "cuda_test_support.h"
+
+namespace cellm::cuda::testing {
+namespace {
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, float rel, float abs,
+                  const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (!(std::fabs(gpu[i] - cpu[i]) <= abs + rel * std::fabs(cpu[i]))) {
+      if (++bad <= 5) ADD_FAILURE() << what << ": element " << i << " gpu " << gpu[i] << " cpu " << cpu[i];
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+TEST(CudaRowOps, EmbedEqualsCpuBitForBitInEveryFormat) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t vocab = 37, cols = 512;
+  const Rows table_f32 = random_rows(vocab, cols, 11);
+  const std::vector<int32_t> tokens = {0, 36, 5, 5, 17, 2, 30};
+  const auto T = static_cast<int64_t>(tokens.size());
+  DeviceBuffer d_tokens(gpu, tokens);
+  for (DType type : weight_formats()) {
+    for (float scale : {1.0f, 24.0f}) {
+      HostWeight w = quantized_weight(type, table_f32);
+      const TensorRef placed = gpu.place_weight(w.ref(), "table");
+      Rows cpu_out(T, cols);
+      cpu_backend().embed(w.ref(), tokens.data(), scale, cpu_out.host_ref());
+      DeviceBuffer d_out(gpu, static_cast<size_t>(T * cols) * sizeof(float));
+      gpu.embed(placed, d_tokens.as<int32_t>(), scale, Rows::device_ref(d_out, T, cols));
+      const auto got = d_out.download<float>(static_cast<size_t>(T * cols));
+      EXPECT_EQ(std::memcmp(got.data(), cpu_out.values.data(), got.size() * sizeof(float)), 0)
+          << dtype_name(type) << " scale " << scale;
+      gpu.release(placed.data);
+    }
+  }
+}
+
+TEST(CudaRowOps, EmbedOfATokenOutsideTheTableIsAZeroRow) {
+  CELLM_REQUIRE_GPU(gpu);
+  HostWeight w = quantized_weight(DType::Q8_0, random_rows(4, 64, 3));
+  const TensorRef placed = gpu.place_weight(w.ref(), "table");
+  DeviceBuffer d_tokens(gpu, std::vector<int32_t>{1, 4, -1});
+  DeviceBuffer d_out(gpu, 3 * 64 * sizeof(float));
+  gpu.embed(placed, d_tokens.as<int32_t>(), 1.0f, Rows::device_ref(d_out, 3, 64));
+  const auto got = d_out.download<float>(3 * 64);
+  EXPECT_NE(got[0], 0.0f);
+  for (int i = 64; i < 3 * 64; ++i) ASSERT_EQ(got[i], 0.0f) << i;
+  gpu.release(placed.data);
+}
+
+TEST(CudaRowOps, RmsNormMatchesCpuWholeRowsAndGroups) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t T = 5, cols = 576;
+  Rows x = random_rows(T, cols, 21, 3.0f);
+  for (int32_t group : {576, 64, 192}) {
+    const std::vector<float> weight = random_floats(static_cast<size_t>(group), 22);
+    Rows cpu_out(T, cols);
+    cpu_backend().rms_norm(x.host_ref(), weight.data(), group, 1e-6f, cpu_out.host_ref());
+    DeviceBuffer d_x(gpu, x.values), d_w(gpu, weight), d_out(gpu, x.values.size() * sizeof(float));
+    gpu.rms_norm(Rows::device_ref(d_x, T, cols), d_w.as<float>(), group, 1e-6f, Rows::device_ref(d_out, T, cols));
+    expect_close(d_out.download<float>(x.values.size()), cpu_out.values, 1e-5f, 1e-6f,
+                 "rms_norm group " + std::to_string(group));
+  }
+}
+
+TEST(CudaRowOps, AddAndGluMatchCpu) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t T = 7, cols = 1000;  // not a multiple of the block width
+  Rows a = random_rows(T, cols, 31, 2.0f), b = random_rows(T, cols, 32, 2.0f);
+  DeviceBuffer d_a(gpu, a.values), d_b(gpu, b.values), d_out(gpu, a.values.size() * sizeof(float));
+  const TensorRef ga = Rows::device_ref(d_a, T, cols), gb = Rows::device_ref(d_b, T, cols),
+                  gout = Rows::device_ref(d_out, T, cols);
+  Rows cpu_out(T, cols);
+  cpu_backend().add(a.host_ref(), b.host_ref(), cpu_out.host_ref());
+  gpu.add(ga, gb, gout);
+  expect_close(d_out.download<float>(a.values.size()), cpu_out.values, 0.0f, 0.0f, "add");
+  for (auto act : {backend::GluActivation::Silu, backend::GluActivation::GeluTanh}) {
+    cpu_backend().glu(a.host_ref(), b.host_ref(), act, cpu_out.host_ref());
+    gpu.glu(ga, gb, act, gout);
+    expect_close(d_out.download<float>(a.values.size()), cpu_out.values, 2e-6f, 1e-6f,
+                 act == backend::GluActivation::Silu ? "silu" : "gelu_tanh");
+  }
+}
+
+TEST(CudaRowOps, GatherRowsCopiesTheListedRows) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t T = 9, cols = 48;
+  Rows x = random_rows(T, cols, 41);
+  const std::vector<int32_t> rows = {8, 0, 3, 3};
+  DeviceBuffer d_x(gpu, x.values), d_rows(gpu, rows), d_out(gpu, rows.size() * cols * sizeof(float));
+  gpu.gather_rows(Rows::device_ref(d_x, T, cols), d_rows.as<int32_t>(),
+                  Rows::device_ref(d_out, static_cast<int64_t>(rows.size()), cols));
+  const auto got = d_out.download<float>(rows.size() * cols);
+  for (size_t i = 0; i < rows.size(); ++i)
+    EXPECT_EQ(std::memcmp(got.data() + i * cols, x.row(rows[i]), cols * sizeof(float)), 0) << i;
+}
+
+TEST(CudaRowOps, ArgmaxTakesTheLowestIndexAmongEquals) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t rows = 4, cols = 70001;
+  Rows logits = random_rows(rows, cols, 51);
+  logits.row(1)[123] = 50.0f;
+  logits.row(1)[69999] = 50.0f;  // a tie: the lower index wins
+  logits.row(2)[70000] = 99.0f;  // the last column
+  for (int64_t i = 0; i < cols; ++i) logits.row(3)[i] = -1.0f;  // all equal: index 0
+  std::vector<int32_t> cpu_out(rows);
+  cpu_backend().argmax_rows(logits.host_ref(), cpu_out.data());
+  DeviceBuffer d_logits(gpu, logits.values), d_out(gpu, rows * sizeof(int32_t));
+  gpu.argmax_rows(Rows::device_ref(d_logits, rows, cols), d_out.as<int32_t>());
+  EXPECT_EQ(d_out.download<int32_t>(rows), cpu_out);
+  EXPECT_EQ(cpu_out[1], 123);
+  EXPECT_EQ(cpu_out[2], 70000);
+  EXPECT_EQ(cpu_out[3], 0);
+}
+
+TEST(CudaRowOps, RopeMatchesCpuInBothLayouts) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t T = 6;
+  const std::vector<int32_t> positions = {0, 1, 7, 511, 4096, 30000};
+  DeviceBuffer d_pos(gpu, positions);
+  struct Case {
+    backend::RopeParams params;
+    const char* name;
+  };
+  const Case cases[] = {
+      {{9, 64, 64, 100000.0f, 1.0f, backend::RopeLayout::Interleaved}, "llama interleaved"},
+      {{4, 256, 256, 1000000.0f, 1.0f, backend::RopeLayout::Neox}, "gemma neox"},
+      {{2, 128, 64, 10000.0f, 0.25f, backend::RopeLayout::Neox}, "partial rotary, linear scaling"},
+  };
+  for (const Case& c : cases) {
+    const int64_t cols = int64_t{c.params.n_heads} * c.params.head_dim;
+    Rows x = random_rows(T, cols, 61);
+    DeviceBuffer d_x(gpu, x.values);
+    cpu_backend().rope(x.host_ref(), positions.data(), c.params);
+    gpu.rope(Rows::device_ref(d_x, T, cols), d_pos.as<int32_t>(), c.params);
+    // sin/cos of large angles differ in the last bits between libm and CUDA.
+    expect_close(d_x.download<float>(x.values.size()), x.values, 1e-5f, 2e-6f, c.name);
+  }
+}
+
+TEST(CudaRowOps, KvStoreWritesTheSameF16BitsAsTheCpu) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t T = 5, cols = 192, pool_rows = 16;
+  const size_t row_stride = 2 * cols * 2 + 64;  // K and V of this layer plus another layer's bytes
+  Rows k = random_rows(T, cols, 71, 4.0f), v = random_rows(T, cols, 72, 4.0f);
+  const std::vector<int32_t> cells = {3, 15, 0, 7, 8};
+  std::vector<uint8_t> cpu_pool(pool_rows * row_stride, 0xAB);
+  DeviceBuffer d_pool(gpu, cpu_pool), d_k(gpu, k.values), d_v(gpu, v.values), d_cells(gpu, cells);
+  const size_t k_offset = 64, v_offset = 64 + cols * 2;
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    backend::KvDestination cpu_dst{cpu_pool.data() + k_offset, cpu_pool.data() + v_offset, row_stride, dtype,
+                                   cells.data()};
+    cpu_backend().kv_store(k.host_ref(), v.host_ref(), cpu_dst);
+    backend::KvDestination gpu_dst{d_pool.as<uint8_t>() + k_offset, d_pool.as<uint8_t>() + v_offset, row_stride, dtype,
+                                   d_cells.as<int32_t>()};
+    gpu.kv_store(Rows::device_ref(d_k, T, cols), Rows::device_ref(d_v, T, cols), gpu_dst);
+    EXPECT_EQ(d_pool.download<uint8_t>(cpu_pool.size()), cpu_pool) << dtype_name(dtype);
+  }
+}
+
+}  // namespace
+}  // namespace cellm::cuda::testing

@@ -1,0 +1,138 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "common/test_models.h"
+#include "common/tiny_models.h"
+#include "core/error.h"
+#include "gguf/file.h"
+#include "gguf/writer.h"
+#include "model/config.h"
+#include "model/decoder_program.h"
+#include "model/program_builder.h"
+
+namespace cellm::model {
+namespace {
+
+int count_ops(const Program& p, OpCode code) {
+  return static_cast<int>(std::count_if(p.ops.begin(), p.ops.end(), [&](const Op& op) { return op.code == code; }));
+}
+
+TEST(DecoderProgram, LlamaHasOneAttentionPerLayerAndOneOutput) {
+  const auto file = gguf::File::open(test::tiny_model("tiny-llama"));
+  const ModelConfig c = read_model_config(*file);
+  const Program p = build_decoder_program(*file, c, Method::Prefill, 64);
+  EXPECT_EQ(p.max_tokens, 64);
+  EXPECT_EQ(p.min_tokens, 2);
+  EXPECT_EQ(count_ops(p, OpCode::Attention), c.n_layers);
+  EXPECT_EQ(count_ops(p, OpCode::KvStore), c.n_layers);
+  EXPECT_EQ(count_ops(p, OpCode::MatMul), 7 * c.n_layers + 1);
+  EXPECT_EQ(count_ops(p, OpCode::GatherRows), 1);
+  EXPECT_EQ(p.value(p.logits).cols, c.vocab_size);
+  EXPECT_EQ(p.value(p.logits).extent, Extent::LogitRows);
+  EXPECT_EQ(p.step_width_input, p.tokens);
+  // The manifest declares every layer's K and V pool and the step buffers.
+  EXPECT_NE(p.manifest.find("kv.k.0"), nullptr);
+  EXPECT_NE(p.manifest.find("kv.v.1"), nullptr);
+  EXPECT_NE(p.manifest.find("kv.cells"), nullptr);
+}
+
+TEST(DecoderProgram, Gemma3HasNormsAndTwoWindows) {
+  const auto file = gguf::File::open(test::tiny_model("tiny-gemma3"));
+  const ModelConfig c = read_model_config(*file);
+  const Program p = build_decoder_program(*file, c, Method::Decode, 4);
+  EXPECT_EQ(p.min_tokens, 1);
+  // Per layer: attn norm, q/k norms, post-attention, ffn norm, post-ffw; plus the output norm.
+  EXPECT_EQ(count_ops(p, OpCode::RmsNorm), 6 * c.n_layers + 1);
+  EXPECT_EQ(p.geometry.windows(), (std::vector<int32_t>{0, 8}));
+  EXPECT_EQ(c.global_layers(), (std::vector<int32_t>{5}));
+  EXPECT_NE(p.manifest.find("kv.pages.w8"), nullptr);
+}
+
+TEST(DecoderProgram, ArenaNeverOverlapsLiveValues) {
+  const auto file = gguf::File::open(test::tiny_model("tiny-gemma3"));
+  const Program p = build_decoder_program(*file, read_model_config(*file), Method::Prefill, 16);
+  // For each op, the output's bytes must not overlap any input's bytes or any value still
+  // needed later.
+  std::vector<int> last(p.values.size(), -1);
+  for (int i = 0; i < static_cast<int>(p.ops.size()); ++i)
+    for (ValueId id : {p.ops[i].a, p.ops[i].b, p.ops[i].c, p.ops[i].out})
+      if (id != kNoValue) last[id] = i;
+  last[p.logits] = static_cast<int>(p.ops.size());
+  auto bytes = [&](ValueId id) { return static_cast<size_t>(p.value(id).rows * p.value(id).cols * 4); };
+  for (int i = 0; i < static_cast<int>(p.ops.size()); ++i) {
+    const ValueId out = p.ops[i].out;
+    if (out == kNoValue) continue;
+    for (ValueId other = 0; other < static_cast<ValueId>(p.values.size()); ++other) {
+      const ValueInfo& v = p.value(other);
+      if (other == out || (v.kind != ValueKind::Activation && v.kind != ValueKind::Output)) continue;
+      int first = -1;
+      for (int j = 0; j < static_cast<int>(p.ops.size()) && first < 0; ++j)
+        if (p.ops[j].out == other) first = j;
+      const bool alive = first >= 0 && first <= i && last[other] >= i;
+      if (!alive) continue;
+      const size_t a0 = p.value(out).arena_offset, a1 = a0 + bytes(out);
+      const size_t b0 = v.arena_offset, b1 = b0 + bytes(other);
+      EXPECT_TRUE(a1 <= b0 || b1 <= a0) << p.value(out).name << " overlaps live " << v.name << " at op " << i;
+    }
+  }
+  // Reuse happens: the arena is much smaller than the sum of all activations.
+  size_t total = 0;
+  for (const ValueInfo& v : p.values)
+    if (v.kind == ValueKind::Activation) total += static_cast<size_t>(v.rows * v.cols * 4);
+  EXPECT_LT(p.arena_bytes, total / 4);
+}
+
+TEST(DecoderProgram, MissingOrMisshapedWeightIsNamed) {
+  const auto good = gguf::File::open(test::tiny_model("tiny-llama"));
+  gguf::Writer w;
+  for (const auto& [key, value] : good->metadata()) w.set(key, value);
+  for (const auto& t : good->tensors()) {
+    if (t.name == "blk.1.ffn_up.weight") continue;
+    auto dims = t.dims;
+    if (t.name == "blk.0.attn_k.weight") dims[1] += 1;
+    uint64_t bytes = row_bytes(t.type, dims[0]);
+    for (size_t d = 1; d < dims.size(); ++d) bytes *= static_cast<uint64_t>(dims[d]);
+    w.add_tensor(t.name, dims, t.type, std::vector<uint8_t>(bytes, 0));
+  }
+  const auto bytes = w.to_bytes();
+  const auto bad = gguf::File::parse(bytes, "bad");
+  try {
+    build_decoder_program(*bad, read_model_config(*bad), Method::Prefill, 8);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.attn_k.weight"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelConfig, DefaultModelsHaveTheirShapes) {
+  CELLM_REQUIRE_MODEL(smol, test::kSmolLM2);
+  CELLM_REQUIRE_MODEL(gemma, test::kGemma3);
+  const ModelConfig s = read_model_config(*gguf::File::open(smol));
+  EXPECT_EQ(s.n_layers, 30);
+  EXPECT_EQ(s.rope_layout, RopeLayout::Interleaved);
+  EXPECT_TRUE(s.windowed_layers().empty());
+  const ModelConfig g = read_model_config(*gguf::File::open(gemma));
+  EXPECT_EQ(g.n_layers, 18);
+  EXPECT_EQ(g.sliding_window, 512);
+  EXPECT_EQ(g.global_layers(), (std::vector<int32_t>{5, 11, 17}));
+  EXPECT_FLOAT_EQ(g.layers[0].rope_base, 10000.0f);
+  EXPECT_FLOAT_EQ(g.layers[5].rope_base, 1000000.0f);
+  EXPECT_FLOAT_EQ(g.attention_scale, 1.0f / 16.0f);
+}
+
+TEST(ModelConfig, UnknownArchitectureListsTheSupportedOnes) {
+  gguf::Writer w;
+  w.set_string("general.architecture", "mamba");
+  const auto bytes = w.to_bytes();
+  try {
+    read_model_config(*gguf::File::parse(bytes, "m"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("llama, gemma3"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cellm::model

@@ -1,0 +1,175 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "backend/cpu/cpu_backend.h"
+#include "common/test_models.h"
+#include "common/tiny_models.h"
+#include "core/error.h"
+#include "gguf/file.h"
+#include "runtime/executor.h"
+
+namespace cellm::runtime {
+namespace {
+
+struct Fixture {
+  explicit Fixture(const std::string& path, int32_t max_write = 64)
+      : file(gguf::File::open(path)), backend(2), executor(backend, *file, options(max_write)) {}
+  static ExecutorOptions options(int32_t max_write) {
+    ExecutorOptions o;
+    o.max_write = max_write;
+    o.max_decode_batch = 8;
+    o.cache.initial_rows = 32;
+    return o;
+  }
+  std::unique_ptr<gguf::File> file;
+  cpu::CpuBackend backend;
+  Executor executor;
+};
+
+std::vector<int32_t> prompt_tokens(int n, int vocab, int salt = 0) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 37 + 11 + salt * 101) % vocab;
+  return t;
+}
+
+// Runs `tokens` for a fresh sequence in slices of `chunk`, returning every position's logits.
+std::vector<float> prefill(Executor& ex, const std::vector<int32_t>& tokens, int chunk) {
+  const kv::SeqId seq = ex.cache().create();
+  std::vector<float> all;
+  for (size_t start = 0; start < tokens.size(); start += chunk) {
+    const size_t n = std::min<size_t>(chunk, tokens.size() - start);
+    std::vector<int32_t> t(tokens.begin() + start, tokens.begin() + start + n), pos(n), rows(n);
+    std::vector<kv::SeqId> seqs(n, seq);
+    std::iota(pos.begin(), pos.end(), static_cast<int32_t>(start));
+    std::iota(rows.begin(), rows.end(), 0);
+    const auto logits = ex.run({t, pos, seqs, rows});
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  ex.cache().remove(seq);
+  return all;
+}
+
+class ExecutorOnTinyModels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ExecutorOnTinyModels, ChunkedPrefillEqualsOneShotExactly) {
+  Fixture f(test::tiny_model(GetParam()));
+  const auto tokens = prompt_tokens(40, f.executor.vocab_size());
+  const auto one_shot = prefill(f.executor, tokens, 40);
+  const auto chunked = prefill(f.executor, tokens, 7);
+  const auto single = prefill(f.executor, tokens, 1);  // every step a decode step
+  ASSERT_EQ(one_shot.size(), chunked.size());
+  // Rows are computed independently of each other, so slicing changes nothing, bit for bit.
+  EXPECT_EQ(one_shot, chunked);
+  EXPECT_EQ(one_shot, single);
+  EXPECT_EQ(f.executor.cache().metrics().live_cells, 0);
+}
+
+TEST_P(ExecutorOnTinyModels, BatchedSequencesMatchTheirSoloRuns) {
+  Fixture f(test::tiny_model(GetParam()));
+  const int vocab = f.executor.vocab_size();
+  const auto a = prompt_tokens(13, vocab, 1), b = prompt_tokens(21, vocab, 2);
+  const auto solo_a = prefill(f.executor, a, 13), solo_b = prefill(f.executor, b, 21);
+  // Both prompts in one forward, interleaved token by token where both have one.
+  const kv::SeqId sa = f.executor.cache().create(), sb = f.executor.cache().create();
+  std::vector<int32_t> t, pos, rows;
+  std::vector<kv::SeqId> seqs;
+  for (int i = 0; i < 21; ++i) {
+    if (i < 13) {
+      t.push_back(a[i]), pos.push_back(i), seqs.push_back(sa);
+    }
+    t.push_back(b[i]), pos.push_back(i), seqs.push_back(sb);
+  }
+  rows.resize(t.size());
+  std::iota(rows.begin(), rows.end(), 0);
+  const auto logits = f.executor.run({t, pos, seqs, rows});
+  const size_t v = static_cast<size_t>(vocab);
+  int ia = 0, ib = 0;
+  for (size_t r = 0; r < t.size(); ++r) {
+    const std::vector<float> row(logits.begin() + r * v, logits.begin() + (r + 1) * v);
+    if (seqs[r] == sa) {
+      EXPECT_EQ(row, std::vector<float>(solo_a.begin() + ia * v, solo_a.begin() + (ia + 1) * v)) << "a row " << ia;
+      ++ia;
+    } else {
+      EXPECT_EQ(row, std::vector<float>(solo_b.begin() + ib * v, solo_b.begin() + (ib + 1) * v)) << "b row " << ib;
+      ++ib;
+    }
+  }
+}
+
+TEST_P(ExecutorOnTinyModels, FailedForwardAdvancesNothing) {
+  Fixture f(test::tiny_model(GetParam()));
+  const kv::SeqId seq = f.executor.cache().create();
+  const std::vector<int32_t> t = {5, 6, 7}, pos = {0, 1, 2}, rows = {2};
+  const std::vector<kv::SeqId> seqs(3, seq);
+  const kv::CacheMetrics before = f.executor.cache().metrics();
+  f.executor.set_fault_hook([] { throw Error(ErrorCode::Internal, "injected forward failure"); });
+  EXPECT_THROW(f.executor.run({t, pos, seqs, rows}), Error);
+  const kv::CacheMetrics after = f.executor.cache().metrics();
+  EXPECT_EQ(after.live_cells, before.live_cells);
+  EXPECT_EQ(after.pages_in_use, before.pages_in_use);
+  EXPECT_EQ(f.executor.cache().length(seq), 0);
+  EXPECT_EQ(f.executor.stats().failed_steps, 1);
+  f.executor.set_fault_hook(nullptr);
+  EXPECT_NO_THROW(f.executor.run({t, pos, seqs, rows}));
+  EXPECT_EQ(f.executor.cache().length(seq), 3);
+}
+
+TEST_P(ExecutorOnTinyModels, RefusesBadSteps) {
+  Fixture f(test::tiny_model(GetParam()), 8);
+  const kv::SeqId seq = f.executor.cache().create();
+  const std::vector<int32_t> rows = {0};
+  const std::vector<kv::SeqId> one(1, seq);
+  const std::vector<int32_t> pos0 = {0};
+  try {
+    const std::vector<int32_t> bad_token = {f.executor.vocab_size()};
+    f.executor.run({bad_token, pos0, one, rows});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos);
+  }
+  const std::vector<int32_t> token = {1}, pos5 = {5};
+  EXPECT_THROW(f.executor.run({token, pos5, one, rows}), Error);  // not the next position
+  const std::vector<int32_t> nine(9, 1), nine_pos = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<kv::SeqId> nine_seq(9, seq);
+  try {
+    f.executor.run({nine, nine_pos, nine_seq, rows});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::LimitExceeded);
+  }
+  EXPECT_EQ(f.executor.cache().metrics().live_cells, 0);
+}
+
+TEST_P(ExecutorOnTinyModels, DecodeStepsUseTheDecodeProgram) {
+  Fixture f(test::tiny_model(GetParam()));
+  const kv::SeqId a = f.executor.cache().create(), b = f.executor.cache().create();
+  const std::vector<int32_t> t = {3, 4}, pos = {0, 0}, rows = {0, 1};
+  const std::vector<kv::SeqId> seqs = {a, b};
+  f.executor.run({t, pos, seqs, rows});
+  EXPECT_EQ(f.executor.stats().decode_steps, 1);
+  EXPECT_EQ(f.executor.program(model::Method::Decode, 2).max_tokens, 2);
+  EXPECT_EQ(f.executor.program(model::Method::Decode, 3).max_tokens, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ExecutorOnTinyModels, ::testing::Values("tiny-llama", "tiny-gemma3"));
+
+// The real default model continues "The capital of France is" with " Paris".
+TEST(ExecutorOnDefaultModel, SmolLM2KnowsTheCapitalOfFrance) {
+  CELLM_REQUIRE_MODEL(path, test::kSmolLM2);
+  Fixture f(path);
+  const auto& vocab = f.file->get_string_array("tokenizer.ggml.tokens");
+  auto id = [&](const std::string& s) {
+    return static_cast<int32_t>(std::find(vocab.begin(), vocab.end(), s) - vocab.begin());
+  };
+  const std::vector<int32_t> tokens = {id("The"), id("Ġcapital"), id("Ġof"), id("ĠFrance"), id("Ġis")};
+  const kv::SeqId seq = f.executor.cache().create();
+  const std::vector<int32_t> pos = {0, 1, 2, 3, 4}, rows = {4};
+  const std::vector<kv::SeqId> seqs(5, seq);
+  const auto logits = f.executor.run({tokens, pos, seqs, rows});
+  const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  EXPECT_EQ(vocab[best], "ĠParis");
+}
+
+}  // namespace
+}  // namespace cellm::runtime
