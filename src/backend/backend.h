@@ -20,6 +20,13 @@ struct MemoryStats {
   size_t peak_allocated = 0;
 };
 
+// A recorded sequence of kernels that can be launched again as one unit (a CUDA graph).
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  virtual void launch() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -65,6 +72,16 @@ class Backend {
   virtual void argmax_rows(const TensorRef& logits, int32_t* out) = 0;
 
   virtual void synchronize() = 0;
+
+  // --- graphs -------------------------------------------------------------------------------
+  // Device backends run decode at static shapes (a step padded to its bucket), so that eager
+  // and captured decode compute the same thing; the CPU runs the rows it has.
+  virtual bool static_decode_shapes() const { return false; }
+  virtual bool supports_graphs() const { return false; }
+  // Kernels issued between begin_capture and end_capture are recorded, not run. end_capture
+  // throws when the recording failed; the backend is then usable again for eager work.
+  virtual void begin_capture();
+  virtual std::unique_ptr<Graph> end_capture();
 };
 
 }  // namespace cellm::backend

@@ -63,13 +63,14 @@ struct PagedKv {
   const int32_t* pages = nullptr;
 };
 
-// Where a step's tokens write their K and V in one layer.
+// Where a step's tokens write their K and V in one layer. A negative cell is a padding row
+// (a decode step filled up to its bucket): it writes nothing.
 struct KvDestination {
   void* k = nullptr;
   void* v = nullptr;
   size_t row_stride = 0;
   DType dtype = DType::F16;
-  const int32_t* cells = nullptr;  // [T] pool row per token
+  const int32_t* cells = nullptr;  // [T] pool row per token; < 0: write nothing
 };
 
 }  // namespace cellm::backend

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kv/metrics.h"
+#include "runtime/graph_manager.h"
 
 namespace cellm::batching {
 
@@ -17,6 +18,7 @@ struct EngineMetrics {
   int64_t preemptions = 0;
   int64_t max_rows_in_step = 0;   // most tokens in one forward
   int64_t max_sequences_in_step = 0;
+  int64_t sequences_in_steps = 0;  // sequences summed over all forwards (/ steps: sharing)
   int64_t running = 0;            // sessions in the cache now
   int64_t waiting = 0;            // queued, not yet admitted (or preempted)
   int64_t submitted = 0;
@@ -24,6 +26,7 @@ struct EngineMetrics {
   int64_t rejected = 0;           // refused at submit (queue full, bad request)
   double busy_seconds = 0;        // time spent in forwards
   kv::CacheMetrics kv;
+  runtime::GraphStats graphs;     // the executor's decode graphs
 };
 
 }  // namespace cellm::batching

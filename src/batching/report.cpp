@@ -65,7 +65,15 @@ nlohmann::json engine_json(Engine& engine) {
                 {"prompt_tokens", m.prompt_tokens},
                 {"generated_tokens", m.generated_tokens},
                 {"busy_seconds", m.busy_seconds}};
-  j["graphs"] = {{"captures", 0}, {"recaptures", 0}};
+  const runtime::GraphStats& g = m.graphs;
+  j["graphs"] = {{"enabled", ex.graphs_enabled()},
+                 {"captures", g.captures},
+                 {"recaptures", g.recaptures},
+                 {"replays", g.replays},
+                 {"eager_decode_steps", g.eager_decode_steps},
+                 {"invalidations", g.invalidations},
+                 {"failures", g.failures}};
+
   const RunnerOptions& ro = engine.runner().options();
   j["options"] = {{"max_sessions", ro.max_sessions},
                   {"max_step_tokens", ro.max_step_tokens},

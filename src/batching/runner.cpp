@@ -127,6 +127,7 @@ void Runner::publish_metrics() {
   metrics_.running = static_cast<int64_t>(running_.size());
   metrics_.waiting = static_cast<int64_t>(waiting_.size());
   metrics_.kv = executor_.cache().metrics();
+  metrics_.graphs = executor_.stats().graphs;
   std::lock_guard<std::mutex> lock(mutex_);
   snapshot_ = metrics_;
   waiting_count_ = waiting_.size();
@@ -338,11 +339,16 @@ bool Runner::run_one_step() {
     }
   }
 
-  std::span<const float> logits;
+  // When every generation that gets a token picks it greedily, only the argmax of each row
+  // crosses from the device, not whole rows of logits.
+  bool greedy = true;
+  for (const Session* s : logit_owner) greedy = greedy && s->sampler.is_plain_greedy();
+  runtime::StepResult result;
   const auto started = Clock::now();
   try {
     if (step_hook_copy_) step_hook_copy_(metrics_.steps + metrics_.failed_steps);
-    logits = executor_.run({tokens, positions, seq_ids, logit_rows});
+    result = executor_.run({tokens, positions, seq_ids, logit_rows,
+                            greedy ? runtime::StepOutput::Argmax : runtime::StepOutput::Logits});
   } catch (const Error& e) {
     ++metrics_.failed_steps;
     if (e.code() == ErrorCode::LimitExceeded || e.code() == ErrorCode::OutOfMemory) {
@@ -369,6 +375,7 @@ bool Runner::run_one_step() {
   metrics_.prompt_tokens += prompt_tokens;
   metrics_.max_rows_in_step = std::max<int64_t>(metrics_.max_rows_in_step, plan.tokens);
   metrics_.max_sequences_in_step = std::max<int64_t>(metrics_.max_sequences_in_step, plan.slices.size());
+  metrics_.sequences_in_steps += static_cast<int64_t>(plan.slices.size());
   for (const PlannedSlice& slice : plan.slices) {
     Session& s = *slice.session;
     if (s.cached < s.prompt_len) {
@@ -381,7 +388,7 @@ bool Runner::run_one_step() {
   const auto vocab = static_cast<size_t>(executor_.vocab_size());
   for (size_t k = 0; k < logit_owner.size(); ++k) {
     Session& s = *logit_owner[k];
-    const int32_t token = s.sampler.sample(logits.subspan(k * vocab, vocab), s.tokens);
+    const int32_t token = greedy ? result.argmax[k] : s.sampler.sample(result.logits.subspan(k * vocab, vocab), s.tokens);
     emit_token(s, token);
   }
   return true;

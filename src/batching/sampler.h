@@ -32,6 +32,8 @@ class Sampler {
   // `history`: the tokens so far (prompt and output), for the repetition penalty.
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
   uint64_t seed() const { return seed_; }
+  // Greedy without a repetition penalty: the token is the argmax of the logits alone.
+  bool is_plain_greedy() const { return params_.greedy() && params_.repeat_penalty == 1.0f; }
 
  private:
   struct Candidate {

@@ -6,15 +6,16 @@ namespace cellm::batching {
 
 StepPlan Scheduler::plan(std::span<Session* const> running) {
   StepPlan plan;
-  std::vector<Session*> prefilling;
-  for (Session* s : running) {
-    if (s->pending() == 1 && plan.tokens < max_step_tokens_) {
-      plan.slices.push_back({s, 1});
-      ++plan.tokens;
-      ++plan.decode_rows;
-    } else if (s->pending() > 1) {
-      prefilling.push_back(s);
-    }
+  std::vector<Session*> decoding, prefilling;
+  for (Session* s : running) (s->pending() == 1 ? decoding : prefilling).push_back(s);
+  // More decode rows than the budget: they take turns, starting one further along each step,
+  // so no session waits for others to finish.
+  const size_t d = decoding.size();
+  const size_t d_start = d > static_cast<size_t>(max_step_tokens_) ? decode_cursor_++ % d : 0;
+  for (size_t k = 0; k < d && plan.tokens < max_step_tokens_; ++k) {
+    plan.slices.push_back({decoding[(d_start + k) % d], 1});
+    ++plan.tokens;
+    ++plan.decode_rows;
   }
   if (prefilling.empty()) return plan;
   // Round-robin: an equal share each, starting one further along every step, then whatever

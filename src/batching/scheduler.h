@@ -36,7 +36,8 @@ class Scheduler {
 
  private:
   int32_t max_step_tokens_;
-  size_t cursor_ = 0;  // round-robin start among prefilling sessions
+  size_t cursor_ = 0;         // round-robin start among prefilling sessions
+  size_t decode_cursor_ = 0;  // ... among decoding sessions, when they exceed the budget
 };
 
 template <typename Fits>

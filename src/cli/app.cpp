@@ -17,8 +17,11 @@ int main(int argc, char** argv) {
   add_run_command(app, action);
   add_chat_command(app, action);
   add_batch_command(app, action);
+  add_serve_command(app, action);
   add_inspect_command(app, action);
   add_tokenize_command(app, action);
+  add_bench_command(app, action);
+  add_mkmodel_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

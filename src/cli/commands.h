@@ -16,5 +16,8 @@ void add_run_command(CLI::App& app, CommandAction& action);
 void add_batch_command(CLI::App& app, CommandAction& action);
 void add_chat_command(CLI::App& app, CommandAction& action);
 void add_tokenize_command(CLI::App& app, CommandAction& action);
+void add_serve_command(CLI::App& app, CommandAction& action);
+void add_bench_command(CLI::App& app, CommandAction& action);
+void add_mkmodel_command(CLI::App& app, CommandAction& action);
 
 }  // namespace cellm::cli

@@ -16,6 +16,9 @@ void EngineFlags::add_to(CLI::App& cmd, bool batch_flags) {
   cmd.add_option("-t,--threads", threads, "CPU threads (default: all cores)");
   cmd.add_option("-c,--ctx-size", context, "Context length per session, prompt and output (default: the model's)");
   cmd.add_flag("-v,--verbose", verbose, "Log more about loading and scheduling");
+  cmd.add_option("--cuda-graph", cuda_graph, "Capture decode steps as CUDA graphs (on the CUDA backend)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   auto* step = cmd.add_option("--max-step-tokens", max_step_tokens,
                               "Most tokens in one forward (prompt slices and decode rows)")
                    ->check(CLI::Range(1, 8192))
@@ -51,6 +54,8 @@ batching::EngineOptions EngineFlags::to_options() const {
   o.runner.max_sessions = max_sessions;
   o.runner.max_step_tokens = max_step_tokens;
   o.runner.context_length = context;
+  o.executor.max_context = context;
+  o.executor.graphs = cuda_graph == "on";
   return o;
 }
 

@@ -25,6 +25,7 @@ struct EngineFlags {
   int64_t kv_initial_rows = 512;
   int64_t kv_max_rows = 0;
   int32_t kv_page_cells = 16;
+  std::string cuda_graph = "on";
   bool verbose = false;
 
   // `batch_flags`: the batching knobs (--max-sessions, --max-step-tokens, --kv-*) are shown.

@@ -16,10 +16,21 @@ using model::Program;
 using model::ValueId;
 using model::ValueKind;
 
+namespace {
+
+// Most page-list entries one row can need for a layer of this window.
+int64_t max_pages_per_row(int32_t window, int32_t max_context, int32_t page_cells) {
+  const int32_t span = window > 0 ? std::min(window + page_cells, max_context) : max_context;
+  return (span + page_cells - 1) / page_cells + 1;
+}
+
+}  // namespace
+
 Executor::Executor(backend::Backend& backend, const gguf::File& file, const ExecutorOptions& options)
     : backend_(backend), options_(options), config_(model::read_model_config(file)) {
   if (options_.max_write < 1) fail(ErrorCode::InvalidArgument, "max_write must be at least 1");
   options_.max_decode_batch = std::clamp(options_.max_decode_batch, 1, options_.max_write);
+  if (options_.max_context <= 0) options_.max_context = config_.context_length;
   prefill_ = model::build_decoder_program(file, config_, Method::Prefill, options_.max_write);
   for (int32_t bucket = 1;; bucket *= 2) {
     const int32_t size = std::min(bucket, options_.max_decode_batch);
@@ -29,27 +40,41 @@ Executor::Executor(backend::Backend& backend, const gguf::File& file, const Exec
   vocab_size_ = prefill_.vocab_size;
   place_weights(file, prefill_);
 
-  size_t arena = prefill_.arena_bytes;
-  for (const Program& p : decode_) arena = std::max(arena, p.arena_bytes);
-  ensure_buffer(arena_, arena, "activations");
-  const size_t per_token = sizeof(int32_t) * static_cast<size_t>(options_.max_write);
-  ensure_buffer(tokens_, per_token, "step tokens");
-  ensure_buffer(positions_, per_token, "step positions");
-  ensure_buffer(logit_rows_, per_token, "step logit rows");
-  ensure_buffer(cells_, per_token, "step cells");
-  ensure_buffer(read_len_, sizeof(int32_t), "step read length");
-  page_rows_.resize(prefill_.geometry.window_count());
-  pages_.resize(prefill_.geometry.window_count());
-  for (auto& b : page_rows_) ensure_buffer(b, per_token + sizeof(int32_t), "page list offsets");
-
   kv::CellCacheConfig cache_config = options_.cache;
   cache_config.max_write = options_.max_write;
   cache_ = std::make_unique<kv::CellCache>(prefill_.geometry, cache_config,
                                            backend_.create_kv_storage(prefill_.geometry.bytes_per_cell()));
+
+  // Every buffer a forward reads is allocated once, at its largest, so its address never
+  // changes: a captured graph stays valid whatever the step.
+  size_t arena = prefill_.arena_bytes;
+  for (const Program& p : decode_) arena = std::max(arena, p.arena_bytes);
+  allocate(arena_, arena, "activations");
+  const size_t per_token = sizeof(int32_t) * static_cast<size_t>(options_.max_write);
+  allocate(tokens_, per_token, "step tokens");
+  allocate(positions_, per_token, "step positions");
+  allocate(logit_rows_, per_token, "step logit rows");
+  allocate(cells_, per_token, "step cells");
+  allocate(argmax_, per_token, "step argmax");
+  allocate(read_len_, sizeof(int32_t), "step read length");
+  allocate(cell_pos_, sizeof(int32_t) * static_cast<size_t>(cache_->config().max_rows), "cell table");
+  const auto& windows = prefill_.geometry.windows();
+  page_rows_.resize(windows.size());
+  pages_.resize(windows.size());
+  for (size_t w = 0; w < windows.size(); ++w) {
+    allocate(page_rows_[w], per_token + sizeof(int32_t), "page list offsets");
+    const int64_t entries = options_.max_write * max_pages_per_row(windows[w], options_.max_context,
+                                                                   cache_->config().page_cells);
+    allocate(pages_[w], sizeof(int32_t) * static_cast<size_t>(entries), "page lists");
+  }
+  if (options_.graphs && backend_.supports_graphs())
+    graphs_ = std::make_unique<GraphManager>(backend_, static_cast<int32_t>(decode_.size()), options_.graph_warmups);
 }
 
 Executor::~Executor() {
-  for (Buffer* b : {&arena_, &tokens_, &positions_, &logit_rows_, &cells_, &read_len_, &cell_pos_}) backend_.release(b->data);
+  graphs_.reset();
+  for (Buffer* b : {&arena_, &tokens_, &positions_, &logit_rows_, &cells_, &argmax_, &read_len_, &cell_pos_})
+    backend_.release(b->data);
   for (auto* list : {&page_rows_, &pages_})
     for (Buffer& b : *list) backend_.release(b.data);
 }
@@ -72,12 +97,9 @@ void Executor::place_weights(const gguf::File& file, const Program& program) {
         fail(ErrorCode::Internal, "decode program weight #", id, " differs from the prefill program's");
 }
 
-void Executor::ensure_buffer(Buffer& buffer, size_t bytes, const char* what) {
-  if (buffer.bytes >= bytes && buffer.data != nullptr) return;
-  void* fresh = backend_.allocate(std::max<size_t>(bytes, 64), what);
-  backend_.release(buffer.data);
-  buffer.data = fresh;
+void Executor::allocate(Buffer& buffer, size_t bytes, const char* what) {
   buffer.bytes = std::max<size_t>(bytes, 64);
+  buffer.data = backend_.allocate(buffer.bytes, what);
 }
 
 const Program& Executor::program(Method method, int32_t tokens) const {
@@ -91,17 +113,11 @@ const Program& Executor::choose_program(const StepRequest& step) const {
   // All-decode steps (one token per sequence, within the largest bucket) run the decode
   // program of their bucket; anything else runs prefill.
   const auto n = static_cast<int32_t>(step.tokens.size());
-  if (n <= options_.max_decode_batch) {
-    bool one_per_sequence = true;
-    for (int32_t i = 0; i < n && one_per_sequence; ++i)
-      for (int32_t j = 0; j < i; ++j)
-        if (step.seq_ids[j] == step.seq_ids[i]) {
-          one_per_sequence = false;
-          break;
-        }
-    if (one_per_sequence) return program(Method::Decode, n);
-  }
-  return prefill_;
+  if (n > options_.max_decode_batch) return prefill_;
+  for (int32_t i = 0; i < n; ++i)
+    for (int32_t j = 0; j < i; ++j)
+      if (step.seq_ids[j] == step.seq_ids[i]) return prefill_;
+  return program(Method::Decode, n);
 }
 
 void Executor::validate_request(const StepRequest& step) const {
@@ -119,27 +135,59 @@ void Executor::validate_request(const StepRequest& step) const {
   for (int32_t t : step.tokens)
     if (t < 0 || t >= vocab_size_)
       fail(ErrorCode::InvalidArgument, "token id ", t, " is outside the vocabulary (", vocab_size_, ")");
+  for (int32_t p : step.positions)
+    if (p >= options_.max_context)
+      fail(ErrorCode::LimitExceeded, "position ", p, " is beyond the context length ", options_.max_context);
 }
 
-void Executor::upload_step(const StepRequest& step, const kv::StepBuffers& kv_step) {
+void Executor::shape_step(const StepRequest& step, const kv::StepBuffers& kv_step, int64_t rows) {
+  // Padding rows (rows beyond the request) read token 0 at position 0, write no cell (-1) and
+  // list no page, so they change nothing and see nothing.
   const size_t n = step.tokens.size();
-  backend_.upload(tokens_.data, step.tokens.data(), n * sizeof(int32_t));
-  backend_.upload(positions_.data, step.positions.data(), n * sizeof(int32_t));
-  backend_.upload(logit_rows_.data, step.logit_rows.data(), step.logit_rows.size() * sizeof(int32_t));
-  backend_.upload(cells_.data, kv_step.cells.data(), n * sizeof(int32_t));
-  backend_.upload(read_len_.data, &kv_step.read_len, sizeof(int32_t));
+  Shaped& s = shaped_;
+  s.rows = rows;
+  s.tokens.assign(step.tokens.begin(), step.tokens.end());
+  s.positions.assign(step.positions.begin(), step.positions.end());
+  s.cells.assign(kv_step.cells.begin(), kv_step.cells.end());
+  s.tokens.resize(static_cast<size_t>(rows), 0);
+  s.positions.resize(static_cast<size_t>(rows), 0);
+  s.cells.resize(static_cast<size_t>(rows), -1);
+  if (static_cast<size_t>(rows) > n) {
+    // A padded decode step wants every row's output; read_output picks the requested ones.
+    s.logit_rows.resize(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) s.logit_rows[r] = static_cast<int32_t>(r);
+  } else {
+    s.logit_rows.assign(step.logit_rows.begin(), step.logit_rows.end());
+  }
+  s.logit_count = static_cast<int64_t>(s.logit_rows.size());
+  s.page_rows.resize(kv_step.windows.size());
   for (size_t w = 0; w < kv_step.windows.size(); ++w) {
     const kv::WindowPages& wp = kv_step.windows[w];
-    backend_.upload(page_rows_[w].data, wp.page_rows.data(), wp.page_rows.size() * sizeof(int32_t));
-    ensure_buffer(pages_[w], std::max<size_t>(wp.pages.size(), 1) * sizeof(int32_t) * 2, "page lists");
-    backend_.upload(pages_[w].data, wp.pages.data(), wp.pages.size() * sizeof(int32_t));
+    s.page_rows[w].assign(wp.page_rows.begin(), wp.page_rows.end());
+    s.page_rows[w].resize(static_cast<size_t>(rows) + 1, wp.page_rows.back());
+    if (wp.pages.size() * sizeof(int32_t) > pages_[w].bytes)
+      fail(ErrorCode::Internal, "page lists of ", wp.pages.size(), " entries exceed their buffer (",
+           pages_[w].bytes / sizeof(int32_t), ")");
+  }
+}
+
+void Executor::upload_step(const kv::StepBuffers& kv_step) {
+  const Shaped& s = shaped_;
+  const size_t n = static_cast<size_t>(s.rows);
+  backend_.upload(tokens_.data, s.tokens.data(), n * sizeof(int32_t));
+  backend_.upload(positions_.data, s.positions.data(), n * sizeof(int32_t));
+  backend_.upload(logit_rows_.data, s.logit_rows.data(), s.logit_rows.size() * sizeof(int32_t));
+  backend_.upload(cells_.data, s.cells.data(), n * sizeof(int32_t));
+  backend_.upload(read_len_.data, &kv_step.read_len, sizeof(int32_t));
+  for (size_t w = 0; w < kv_step.windows.size(); ++w) {
+    backend_.upload(page_rows_[w].data, s.page_rows[w].data(), s.page_rows[w].size() * sizeof(int32_t));
+    const auto& pages = kv_step.windows[w].pages;
+    backend_.upload(pages_[w].data, pages.data(), pages.size() * sizeof(int32_t));
   }
   // The cell table: all of it after a growth or when the cache says so, else the changed rows.
   const auto cell_pos = cache_->cell_pos();
-  const size_t table_bytes = cell_pos.size() * sizeof(int32_t);
-  if (cell_pos_.bytes < table_bytes || cache_->all_cell_pos_changed()) {
-    ensure_buffer(cell_pos_, table_bytes * 2, "cell table");
-    backend_.upload(cell_pos_.data, cell_pos.data(), table_bytes);
+  if (cache_->all_cell_pos_changed()) {
+    backend_.upload(cell_pos_.data, cell_pos.data(), cell_pos.size() * sizeof(int32_t));
   } else {
     for (int64_t row : cache_->changed_cell_pos_rows())
       backend_.upload(static_cast<int32_t*>(cell_pos_.data) + row, &cell_pos[row], sizeof(int32_t));
@@ -162,28 +210,35 @@ void Executor::bind_kv_if_moved(const Program& program) {
     bound.push_back({kv::binding_name::pages(windows[w]), DType::I32, {static_cast<int64_t>(pages_[w].bytes / 4)}, 0,
                      pages_[w].data});
   }
-  // Only what the program declares is checked (read_len is declared for dense rendering).
-  std::vector<kv::BoundTensor> declared;
-  for (auto& b : bound)
-    if (program.manifest.find(b.name) != nullptr) declared.push_back(std::move(b));
-  program.manifest.validate(declared);
+  program.manifest.validate(bound);
   if (validated_ && storage.binding_epoch() != bound_epoch_) ++stats_.rebinds;
   bound_epoch_ = storage.binding_epoch();
   validated_ = true;
 }
 
-std::span<const float> Executor::run(const StepRequest& step) {
+StepResult Executor::run(const StepRequest& step) {
   validate_request(step);
   const Program& program = choose_program(step);
+  const bool padded = program.method == Method::Decode && backend_.static_decode_shapes();
+  const int64_t rows = padded ? program.max_tokens : static_cast<int64_t>(step.tokens.size());
   const kv::StepBuffers& kv_step = cache_->prepare(step.seq_ids, step.positions);
+  StepResult result;
   try {
-    upload_step(step, kv_step);
+    shape_step(step, kv_step, rows);
+    upload_step(kv_step);
     bind_kv_if_moved(program);
     if (fault_hook_) fault_hook_();
-    forward(program, static_cast<int64_t>(step.tokens.size()), static_cast<int64_t>(step.logit_rows.size()));
-    logits_.resize(step.logit_rows.size() * static_cast<size_t>(vocab_size_));
-    const model::ValueInfo& out = program.value(program.logits);
-    backend_.download(logits_.data(), static_cast<char*>(arena_.data) + out.arena_offset, logits_.size() * sizeof(float));
+    const bool argmax = padded || step.output == StepOutput::Argmax;
+    if (graphs_ && program.method == Method::Decode) {
+      const auto bucket = static_cast<int32_t>(&program - decode_.data());
+      graphs_->run(bucket, cache_->storage().binding_epoch(),
+                   [&] { forward_and_argmax(program, rows, shaped_.logit_count); });
+    } else if (argmax) {
+      forward_and_argmax(program, rows, shaped_.logit_count);
+    } else {
+      forward(program, rows, shaped_.logit_count);
+    }
+    result = read_output(program, step);
   } catch (...) {
     cache_->abort();
     ++stats_.failed_steps;
@@ -192,7 +247,45 @@ std::span<const float> Executor::run(const StepRequest& step) {
   cache_->commit();
   ++(program.method == Method::Decode ? stats_.decode_steps : stats_.prefill_steps);
   stats_.tokens += static_cast<int64_t>(step.tokens.size());
-  return logits_;
+  if (graphs_) stats_.graphs = graphs_->stats();
+  return result;
+}
+
+StepResult Executor::read_output(const Program& program, const StepRequest& step) {
+  // Output row k of the program belongs to step row shaped_.logit_rows[k]; a padded step
+  // computed every row, so the requested ones are picked by their step row.
+  const size_t k = step.logit_rows.size();
+  const bool padded = shaped_.logit_count != static_cast<int64_t>(k) ||
+                      !std::equal(step.logit_rows.begin(), step.logit_rows.end(), shaped_.logit_rows.begin());
+  auto source_row = [&](size_t i) { return padded ? static_cast<size_t>(step.logit_rows[i]) : i; };
+  StepResult r;
+  if (step.output == StepOutput::Argmax) {
+    std::vector<int32_t> all(static_cast<size_t>(shaped_.logit_count));
+    backend_.download(all.data(), argmax_.data, all.size() * sizeof(int32_t));
+    argmax_host_.resize(k);
+    for (size_t i = 0; i < k; ++i) argmax_host_[i] = all[source_row(i)];
+    r.argmax = argmax_host_;
+    return r;
+  }
+  const size_t vocab = static_cast<size_t>(vocab_size_);
+  const char* out = static_cast<const char*>(arena_.data) + program.value(program.logits).arena_offset;
+  logits_.resize(k * vocab);
+  if (!padded) {
+    backend_.download(logits_.data(), out, logits_.size() * sizeof(float));
+  } else {
+    for (size_t i = 0; i < k; ++i)
+      backend_.download(logits_.data() + i * vocab, out + source_row(i) * vocab * sizeof(float), vocab * sizeof(float));
+  }
+  r.logits = logits_;
+  return r;
+}
+
+void Executor::forward_and_argmax(const Program& program, int64_t n_tokens, int64_t n_logit_rows) {
+  forward(program, n_tokens, n_logit_rows);
+  const model::ValueInfo& out = program.value(program.logits);
+  backend_.argmax_rows({static_cast<char*>(arena_.data) + out.arena_offset, DType::F32, n_logit_rows, out.cols,
+                        static_cast<size_t>(out.cols) * sizeof(float)},
+                       static_cast<int32_t*>(argmax_.data));
 }
 
 void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit_rows) {

@@ -5,6 +5,12 @@
 //     prepare (cache places cells, grows)  ->  bind  ->  forward  ->  commit
 // with abort on any failure, so a failed forward never advances a sequence or leaks a cell.
 // It is the only caller of prepare/commit/abort.
+//
+// Decode on a backend with static decode shapes (CUDA) is padded up to its bucket: padding
+// rows read token 0 at position 0, write no cell and see no cell. Such decode buckets are
+// captured as graphs after a short eager warm-up and replayed (graph_manager.h); every side
+// buffer lives at a fixed address with a fixed capacity, so a graph serves any mix of
+// sequences, and only a move of the KV pool (copy-growth) makes graphs stale.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,22 +22,35 @@
 #include "kv/cell_cache.h"
 #include "model/config.h"
 #include "model/program.h"
+#include "runtime/graph_manager.h"
 
 namespace cellm::runtime {
 
 struct ExecutorOptions {
   int32_t max_write = 512;         // most tokens in one forward (prefill programs)
   int32_t max_decode_batch = 256;  // largest decode bucket; buckets are 1, 2, 4, ... up to it
+  int32_t max_context = 0;         // longest sequence (sizes the page lists); 0 = the model's
+  bool graphs = true;              // capture decode buckets where the backend supports graphs
+  int32_t graph_warmups = 2;       // eager runs of a bucket before it is captured
   kv::CellCacheConfig cache;       // page size, initial and max rows (max_write is taken from above)
 };
 
-// One forward. Token i is tokens[i] of sequence seq_ids[i] at positions[i]; logits are wanted
+// What a step returns: logits, or (cheaper on a device) only each row's argmax.
+enum class StepOutput { Logits, Argmax };
+
+// One forward. Token i is tokens[i] of sequence seq_ids[i] at positions[i]; output is wanted
 // for the rows listed in logit_rows (indices into the step).
 struct StepRequest {
   std::span<const int32_t> tokens;
   std::span<const int32_t> positions;
   std::span<const kv::SeqId> seq_ids;
   std::span<const int32_t> logit_rows;
+  StepOutput output = StepOutput::Logits;
+};
+
+struct StepResult {
+  std::span<const float> logits;    // [logit_rows x vocab] when output == Logits
+  std::span<const int32_t> argmax;  // [logit_rows] when output == Argmax
 };
 
 struct ExecutorStats {
@@ -40,6 +59,7 @@ struct ExecutorStats {
   int64_t failed_steps = 0;
   int64_t tokens = 0;   // tokens written to the cache
   int64_t rebinds = 0;  // the pool moved and the KV bindings were rebuilt
+  GraphStats graphs;
 };
 
 class Executor {
@@ -49,10 +69,10 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Runs one forward and returns the logits, [logit_rows.size() x vocab_size] row-major,
-  // valid until the next run. Errors from the cache (LimitExceeded, OutOfMemory, bad positions)
-  // and from the backend leave every sequence as it was.
-  std::span<const float> run(const StepRequest& step);
+  // Runs one forward. The result is valid until the next run. Errors from the cache
+  // (LimitExceeded, OutOfMemory, bad positions) and from the backend leave every sequence as
+  // it was.
+  StepResult run(const StepRequest& step);
 
   kv::CellCache& cache() { return *cache_; }
   const kv::CellCache& cache() const { return *cache_; }
@@ -62,6 +82,7 @@ class Executor {
   int32_t max_write() const { return options_.max_write; }
   size_t weights_bytes() const { return weights_bytes_; }
   const ExecutorStats& stats() const { return stats_; }
+  bool graphs_enabled() const { return graphs_ != nullptr; }
   backend::Backend& backend() { return backend_; }
   // Test hook: called after prepare, before the forward; whatever it throws fails the step.
   void set_fault_hook(std::function<void()> hook) { fault_hook_ = std::move(hook); }
@@ -71,13 +92,23 @@ class Executor {
     void* data = nullptr;
     size_t bytes = 0;
   };
+  // The step as the program runs it: the caller's rows, padded up to the bucket if needed.
+  struct Shaped {
+    std::vector<int32_t> tokens, positions, logit_rows, cells;
+    std::vector<std::vector<int32_t>> page_rows;  // per window
+    int64_t rows = 0;
+    int64_t logit_count = 0;
+  };
   const model::Program& choose_program(const StepRequest& step) const;
   void validate_request(const StepRequest& step) const;
   void place_weights(const gguf::File& file, const model::Program& program);
-  void ensure_buffer(Buffer& buffer, size_t bytes, const char* what);
-  void upload_step(const StepRequest& step, const kv::StepBuffers& kv_step);
+  void allocate(Buffer& buffer, size_t bytes, const char* what);
+  void shape_step(const StepRequest& step, const kv::StepBuffers& kv_step, int64_t rows);
+  void upload_step(const kv::StepBuffers& kv_step);
   void bind_kv_if_moved(const model::Program& program);
   void forward(const model::Program& program, int64_t n_tokens, int64_t n_logit_rows);
+  void forward_and_argmax(const model::Program& program, int64_t n_tokens, int64_t n_logit_rows);
+  StepResult read_output(const model::Program& program, const StepRequest& step);
 
   backend::Backend& backend_;
   ExecutorOptions options_;
@@ -88,10 +119,13 @@ class Executor {
   std::unique_ptr<kv::CellCache> cache_;
   std::vector<backend::TensorRef> weights_;  // by ValueId (same ids in every program)
   size_t weights_bytes_ = 0;
+  std::unique_ptr<GraphManager> graphs_;
 
-  Buffer arena_, tokens_, positions_, logit_rows_, cells_, read_len_, cell_pos_;
+  Buffer arena_, tokens_, positions_, logit_rows_, cells_, read_len_, cell_pos_, argmax_;
   std::vector<Buffer> page_rows_, pages_;  // one per distinct window
+  Shaped shaped_;
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_host_;
   uint64_t bound_epoch_ = ~uint64_t{0};
   bool validated_ = false;
   ExecutorStats stats_;

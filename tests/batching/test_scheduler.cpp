@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "batching/scheduler.h"
+
+#include <map>
 #include "common/tiny_models.h"
 #include "gguf/file.h"
 #include "tokenizer/tokenizer.h"
@@ -66,6 +68,17 @@ TEST_F(SchedulerTest, LeftoverBudgetGoesToWhoStillHasTokens) {
   for (const auto& slice : plan.slices) total += slice.count;
   EXPECT_EQ(total, 12);
   EXPECT_EQ(plan.slices.size(), 2u);
+}
+
+TEST_F(SchedulerTest, DecodeRowsBeyondTheBudgetTakeTurns) {
+  Scheduler s(2);
+  std::vector<Session*> running;
+  for (int i = 0; i < 5; ++i) running.push_back(&session(3, 2));
+  std::map<Session*, int> served;
+  for (int step = 0; step < 10; ++step)
+    for (const auto& slice : s.plan(running).slices) ++served[slice.session];
+  ASSERT_EQ(served.size(), 5u);  // nobody starves
+  for (const auto& [session, n] : served) EXPECT_EQ(n, 4);
 }
 
 TEST_F(SchedulerTest, TrimDropsPrefillBeforeDecode) {

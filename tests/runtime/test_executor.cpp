@@ -43,7 +43,7 @@ std::vector<float> prefill(Executor& ex, const std::vector<int32_t>& tokens, int
     std::vector<kv::SeqId> seqs(n, seq);
     std::iota(pos.begin(), pos.end(), static_cast<int32_t>(start));
     std::iota(rows.begin(), rows.end(), 0);
-    const auto logits = ex.run({t, pos, seqs, rows});
+    const auto logits = ex.run({t, pos, seqs, rows}).logits;
     all.insert(all.end(), logits.begin(), logits.end());
   }
   ex.cache().remove(seq);
@@ -82,7 +82,7 @@ TEST_P(ExecutorOnTinyModels, BatchedSequencesMatchTheirSoloRuns) {
   }
   rows.resize(t.size());
   std::iota(rows.begin(), rows.end(), 0);
-  const auto logits = f.executor.run({t, pos, seqs, rows});
+  const auto logits = f.executor.run({t, pos, seqs, rows}).logits;
   const size_t v = static_cast<size_t>(vocab);
   int ia = 0, ib = 0;
   for (size_t r = 0; r < t.size(); ++r) {
@@ -166,7 +166,7 @@ TEST(ExecutorOnDefaultModel, SmolLM2KnowsTheCapitalOfFrance) {
   const kv::SeqId seq = f.executor.cache().create();
   const std::vector<int32_t> pos = {0, 1, 2, 3, 4}, rows = {4};
   const std::vector<kv::SeqId> seqs(5, seq);
-  const auto logits = f.executor.run({tokens, pos, seqs, rows});
+  const auto logits = f.executor.run({tokens, pos, seqs, rows}).logits;
   const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
   EXPECT_EQ(vocab[best], "ĠParis");
 }

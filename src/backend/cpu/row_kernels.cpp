@@ -123,6 +123,7 @@ void kv_store(ThreadPool& pool, const TensorRef& k, const TensorRef& v, const ba
   const int64_t n = k.cols;
   for_rows(pool, k.rows, 2 * n, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
+      if (dst.cells[t] < 0) continue;  // a padding row
       const size_t offset = static_cast<size_t>(dst.cells[t]) * dst.row_stride;
       auto store = [&](const float* src, void* base) {
         char* row = static_cast<char*>(base) + offset;

@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph.h"
 
 #include <sstream>
 
@@ -192,6 +193,13 @@ void CudaBackend::argmax_rows(const TensorRef& logits, int32_t* out) {
   use_device(device_);
   launch_argmax_rows(logits, out, stream_);
 }
+
+void CudaBackend::begin_capture() {
+  use_device(device_);
+  begin_stream_capture(stream_);
+}
+
+std::unique_ptr<backend::Graph> CudaBackend::end_capture() { return end_stream_capture(stream_); }
 
 void CudaBackend::synchronize() {
   use_device(device_);

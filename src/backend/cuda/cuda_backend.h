@@ -51,6 +51,10 @@ class CudaBackend final : public backend::Backend {
   void gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) override;
   void argmax_rows(const TensorRef& logits, int32_t* out) override;
   void synchronize() override;
+  bool static_decode_shapes() const override { return true; }
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  std::unique_ptr<backend::Graph> end_capture() override;
 
   // --- beyond the Backend interface (tests, benchmarks, graph capture) -----------------------
   cudaStream_t stream() const { return stream_; }

@@ -14,6 +14,7 @@ __global__ void __launch_bounds__(kThreads) kv_store_kernel(const float* k, size
                                                             size_t v_stride, int64_t cols, char* k_pool, char* v_pool,
                                                             size_t pool_stride, DType dtype, const int32_t* cells) {
   const int t = blockIdx.x;
+  if (cells[t] < 0) return;  // a padding row writes nothing
   const size_t offset = static_cast<size_t>(cells[t]) * pool_stride;
   const float* src = blockIdx.y == 0 ? k + t * k_stride : v + t * v_stride;
   void* dst = (blockIdx.y == 0 ? k_pool : v_pool) + offset;

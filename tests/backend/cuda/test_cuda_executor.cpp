@@ -74,10 +74,10 @@ class TwinExecutors {
     }
     const runtime::StepRequest req{tokens, positions, ids, logit_rows};
     const std::vector<float> cpu_logits = [&] {
-      auto l = cpu_.run(req);
+      auto l = cpu_.run(req).logits;
       return std::vector<float>(l.begin(), l.end());
     }();
-    const auto gpu_logits = gpu_.run(req);
+    const auto gpu_logits = gpu_.run(req).logits;
     ASSERT_EQ(cpu_logits.size(), gpu_logits.size());
     const size_t vocab = static_cast<size_t>(cpu_.vocab_size());
     for (size_t r = 0; r < seqs.size(); ++r) {
@@ -192,7 +192,7 @@ std::vector<int32_t> greedy(backend::Backend& backend, const gguf::File& file, s
     for (size_t j = 0; j < tokens.size(); ++j) positions[j] = pos + static_cast<int32_t>(j);
     const std::vector<kv::SeqId> ids(tokens.size(), seq);
     const std::vector<int32_t> rows = {static_cast<int32_t>(tokens.size()) - 1};
-    const auto logits = exec.run({tokens, positions, ids, rows});
+    const auto logits = exec.run({tokens, positions, ids, rows}).logits;
     pos += static_cast<int32_t>(tokens.size());
     out.push_back(argmax(logits));
     tokens = {out.back()};

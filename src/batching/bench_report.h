@@ -1,0 +1,17 @@
+#pragma once
+// The JSON of `cellm bench --json` (schema "cellm.bench/1"): the engine's report (model,
+// backend, options, load time, KV pool, memory, steps) plus the date, the benchmark settings
+// and one entry per batch size. scripts/plot-bench reads it.
+#include <nlohmann/json.hpp>
+
+#include "batching/bench.h"
+
+namespace cellm::batching {
+
+inline constexpr const char* kBenchSchema = "cellm.bench/1";
+
+nlohmann::json latency_json(const LatencyStats& stats);
+nlohmann::json bench_point_json(const BenchPoint& point);
+nlohmann::json bench_json(Engine& engine, const BenchResult& result);
+
+}  // namespace cellm::batching
