@@ -99,7 +99,7 @@ std::vector<GenerationRequest> make_requests(const tokenizer::Tokenizer& tokeniz
     r.sampling.seed = seed;
     r.max_tokens = max_tokens;
     r.ignore_eos = true;
-    r.tag = "b" + std::to_string(batch) + "/" + std::to_string(i);
+    r.tag = std::string("b").append(std::to_string(batch)).append("/").append(std::to_string(i));
   }
   return requests;
 }

@@ -121,6 +121,11 @@ void Runner::set_step_hook(std::function<void(int64_t)> hook) {
   step_hook_ = std::move(hook);
 }
 
+void Runner::set_sample_hook(std::function<void(GenerationId)> hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sample_hook_ = std::move(hook);
+}
+
 size_t Runner::waiting_size_unlocked() const { return waiting_count_; }
 
 void Runner::publish_metrics() {
@@ -150,6 +155,7 @@ void Runner::loop() {
       cancels.swap(cancels_);
       releases.swap(releases_);
       step_hook_copy_ = step_hook_;
+      sample_hook_copy_ = sample_hook_;
     }
     for (GenerationId id : releases) {
       auto it = parked_.find(id);
@@ -211,6 +217,8 @@ std::vector<kv::Demand> Runner::demands_of(const StepPlan& plan) const {
 
 void Runner::admit() {
   kv::CellCache& cache = executor_.cache();
+  // With nothing running no generation will end to give cells back: try growing again.
+  if (running_.empty()) growth_refused_ = false;
   while (static_cast<int32_t>(running_.size()) < options_.max_sessions && !waiting_.empty()) {
     Session& s = *waiting_.front();
     // The running sessions' decode rows plus this session's first slice must fit in what the
@@ -219,11 +227,11 @@ void Runner::admit() {
     for (const auto& r : running_)
       if (r->pending() == 1) demands.push_back({r->seq, 1});
     demands.push_back({kv::kNewSequence, std::min(s.pending(), options_.max_step_tokens)});
-    while (!cache.can_fit(demands) && evict_parked()) {
+    while (!fits(demands) && evict_parked()) {
     }
-    if (!cache.can_fit(demands)) {
+    if (!fits(demands)) {
       demands.back().tokens = 1;
-      if (!running_.empty() || !cache.can_fit(demands)) {
+      if (!running_.empty() || !fits(demands)) {
         if (running_.empty())
           finish(s, FinishReason::Failed,
                  str_cat("the KV pool limit (", cache.config().max_rows, " rows) cannot hold even one token"));
@@ -268,6 +276,14 @@ void Runner::resume(Session& s) {
   s.reused = s.cached;
 }
 
+bool Runner::fits(const std::vector<kv::Demand>& demands) const {
+  const kv::CellCache& cache = executor_.cache();
+  if (!cache.can_fit(demands)) return false;
+  if (!growth_refused_) return true;
+  const kv::CacheMetrics m = cache.metrics();
+  return cache.pages_needed(demands) <= m.rows / cache.config().page_cells - m.pages_in_use;
+}
+
 bool Runner::evict_parked() {
   if (parked_.empty()) return false;
   executor_.cache().remove(parked_.begin()->second.seq);
@@ -294,7 +310,7 @@ bool Runner::run_one_step() {
       if (!s->finished) out.push_back(s.get());
     return out;
   };
-  auto fits = [&](const StepPlan& p) { return cache.can_fit(demands_of(p)); };
+  auto plan_fits = [&](const StepPlan& p) { return fits(demands_of(p)); };
   auto youngest = [&]() -> Session* {
     Session* y = nullptr;
     for (auto& s : running_)
@@ -303,12 +319,17 @@ bool Runner::run_one_step() {
   };
   std::vector<Session*> running = live_running();
   StepPlan plan = scheduler_.plan(running);
-  while ((!fits(plan) || plan.tokens == 0) && evict_parked()) {
+  while ((!plan_fits(plan) || plan.tokens == 0) && evict_parked()) {
   }
-  while (!scheduler_.trim_to_fit(plan, fits) || plan.tokens == 0) {
+  while (!scheduler_.trim_to_fit(plan, plan_fits) || plan.tokens == 0) {
     // Even the decode rows do not fit (or nothing fits at all): free the youngest session.
     Session* victim = youngest();
     if (victim == nullptr) return false;
+    if (running.size() == 1 && growth_refused_) {
+      growth_refused_ = false;  // alone it cannot wait for others: try growing once more
+      plan = scheduler_.plan(running);
+      continue;
+    }
     if (running.size() == 1) {
       finish(*victim, FinishReason::Failed,
              str_cat("the KV pool limit (", cache.config().max_rows, " rows) is too small for this generation (",
@@ -354,6 +375,7 @@ bool Runner::run_one_step() {
     if (e.code() == ErrorCode::LimitExceeded || e.code() == ErrorCode::OutOfMemory) {
       // The pool could not grow after all (an allocation failed): make room and try again.
       log_warn("forward refused (", e.what(), "); preempting the youngest generation");
+      if (e.code() == ErrorCode::OutOfMemory) growth_refused_ = true;
       Session* victim = youngest();
       if (victim != nullptr && running.size() > 1) preempt(*victim);
       else if (victim != nullptr) finish(*victim, FinishReason::Failed, e.what());
@@ -388,8 +410,16 @@ bool Runner::run_one_step() {
   const auto vocab = static_cast<size_t>(executor_.vocab_size());
   for (size_t k = 0; k < logit_owner.size(); ++k) {
     Session& s = *logit_owner[k];
-    const int32_t token = greedy ? result.argmax[k] : s.sampler.sample(result.logits.subspan(k * vocab, vocab), s.tokens);
-    emit_token(s, token);
+    // A failure here (the sampler, a callback) is this generation's alone: its cells, which
+    // hold the forward's tokens, are freed with it, and the others still get their tokens.
+    // Escaping, it would end the engine thread and the process.
+    try {
+      if (sample_hook_copy_) sample_hook_copy_(s.id);
+      const int32_t token = greedy ? result.argmax[k] : s.sampler.sample(result.logits.subspan(k * vocab, vocab), s.tokens);
+      emit_token(s, token);
+    } catch (const std::exception& e) {
+      finish(s, FinishReason::Failed, e.what());
+    }
   }
   return true;
 }
@@ -423,6 +453,7 @@ void Runner::finish(Session& s, FinishReason reason, const std::string& error) {
   if (s.finished) return;
   s.finished = true;
   if (s.in_cache()) {
+    growth_refused_ = false;  // cells come back (or stay parked, evictable): growth may work now
     if (s.request.keep_cache && (reason == FinishReason::Stop || reason == FinishReason::Length)) {
       parked_[s.id] = {s.seq, std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + s.cached)};
     } else {

@@ -6,7 +6,9 @@
 // Memory: a waiting generation is admitted when the pool can still grow to hold its first
 // slice beside the running decode rows; when it cannot, new work waits, and when running
 // sessions cannot continue the youngest is preempted (its cells freed, its tokens recomputed
-// later). A forward that fails for another reason fails the generations of that step only.
+// later). A storage that refuses to grow (OutOfMemory) makes the pool's present size the
+// limit until a generation ends. A forward that fails for another reason fails the
+// generations of that step only; a token that cannot be picked fails its generation only.
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -54,6 +56,10 @@ class Runner {
   // Test hook: runs on the engine thread before each forward with the attempt number (0, 1,
   // ... counting failed forwards too); what it throws fails that step.
   void set_step_hook(std::function<void(int64_t step)> hook);
+  // Test hook: runs on the engine thread before a generation's token is picked from a forward
+  // (sampled, or taken from the device's argmax); what it throws fails that generation only,
+  // as a sampler failure would.
+  void set_sample_hook(std::function<void(GenerationId id)> hook);
 
  private:
   void loop();
@@ -63,6 +69,9 @@ class Runner {
   void preempt(Session& s);
   void resume(Session& s);
   bool evict_parked();  // frees the oldest parked sequence; false when none
+  // Whether a step with these demands can run: within max_rows and, after the storage refused
+  // to grow, within the rows the pool has now.
+  bool fits(const std::vector<kv::Demand>& demands) const;
   void finish(Session& s, FinishReason reason, const std::string& error = {});
   void emit_token(Session& s, int32_t token);
   void drop_finished();
@@ -86,6 +95,8 @@ class Runner {
   GenerationId next_id_ = 1;
   std::function<void(int64_t)> step_hook_;
   std::function<void(int64_t)> step_hook_copy_;  // engine thread's copy
+  std::function<void(GenerationId)> sample_hook_;
+  std::function<void(GenerationId)> sample_hook_copy_;  // engine thread's copy
   size_t waiting_count_ = 0;                     // waiting_.size() as of the last publish, under mutex_
 
   // Engine-thread state.
@@ -97,6 +108,10 @@ class Runner {
   };
   std::map<GenerationId, Parked> parked_;  // by generation id; lower ids are older
   int64_t admissions_ = 0;
+  // Set when the storage failed to grow (OutOfMemory): until a generation ends and gives cells
+  // back, the pool's present rows are the limit. Retrying the growth sooner would fail again,
+  // preempt the same youngest session, readmit it and fail again, forever.
+  bool growth_refused_ = false;
   int64_t submitted_count_ = 0;  // under mutex_
   int64_t rejected_count_ = 0;   // under mutex_
   EngineMetrics metrics_;   // engine thread only

@@ -86,6 +86,10 @@ nlohmann::json describe(const gguf::File& f) {
   tensors["count"] = f.tensors().size();
   tensors["bytes"] = f.tensor_bytes();
   for (const auto& [type, cb] : by_type) tensors["by_type"][type] = {{"count", cb.first}, {"bytes", cb.second}};
+  // Every tensor, in file order: what a roofline needs (the bytes a decode step streams).
+  auto& list = tensors["list"] = nlohmann::json::array();
+  for (const auto& tensor : f.tensors())
+    list.push_back({{"name", tensor.name}, {"type", dtype_name(tensor.type)}, {"dims", tensor.dims}, {"bytes", tensor.bytes}});
   return j;
 }
 

@@ -1,10 +1,17 @@
 #include "model/decoder_program.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "model/program_builder.h"
 
 namespace cellm::model {
+
+bool stack_projections() {
+  const char* v = std::getenv("CELLM_STACK_PROJECTIONS");
+  return v == nullptr || std::string(v) != "0";
+}
 
 Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Method method, int32_t max_tokens) {
   ProgramBuilder b(file, c, method, max_tokens);
@@ -12,6 +19,7 @@ Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Meth
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
   const auto glu_act = c.gelu_ffn ? backend::GluActivation::GeluTanh : backend::GluActivation::Silu;
+  const bool stack = stack_projections();
 
   const ValueId token_embd = b.weight("token_embd.weight", c.vocab_size, c.n_embd);
   // Gemma scales embeddings by sqrt(n_embd), rounded to float as the reference does.
@@ -21,22 +29,32 @@ Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Meth
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const std::string blk = "blk." + std::to_string(l) + ".";
     const LayerConfig& layer = c.layers[l];
-    auto bias = [&](const char* name, int64_t n) {
-      return c.qkv_bias ? b.vector_weight(blk + name, n) : kNoValue;
-    };
     ValueId h = b.rms_norm(x, b.vector_weight(blk + "attn_norm.weight", c.n_embd), c.rms_eps);
-    ValueId q = b.matmul(h, b.weight(blk + "attn_q.weight", q_dim, c.n_embd), bias("attn_q.bias", q_dim));
-    ValueId k = b.matmul(h, b.weight(blk + "attn_k.weight", kv_dim, c.n_embd), bias("attn_k.bias", kv_dim));
-    ValueId v = b.matmul(h, b.weight(blk + "attn_v.weight", kv_dim, c.n_embd), bias("attn_v.bias", kv_dim));
+    ValueId q, k, v;
+    if (c.qkv_bias) {
+      q = b.matmul(h, b.weight(blk + "attn_q.weight", q_dim, c.n_embd), b.vector_weight(blk + "attn_q.bias", q_dim));
+      k = b.matmul(h, b.weight(blk + "attn_k.weight", kv_dim, c.n_embd), b.vector_weight(blk + "attn_k.bias", kv_dim));
+      v = b.matmul(h, b.weight(blk + "attn_v.weight", kv_dim, c.n_embd), b.vector_weight(blk + "attn_v.bias", kv_dim));
+    } else {
+      const auto qkv = b.projections(
+          h, {{blk + "attn_q.weight", q_dim}, {blk + "attn_k.weight", kv_dim}, {blk + "attn_v.weight", kv_dim}}, stack);
+      q = qkv[0], k = qkv[1], v = qkv[2];
+    }
     if (c.qk_norm) {
       q = b.rms_norm(q, b.vector_weight(blk + "attn_q_norm.weight", c.head_dim), c.rms_eps, c.head_dim);
       k = b.rms_norm(k, b.vector_weight(blk + "attn_k_norm.weight", c.head_dim), c.rms_eps, c.head_dim);
     }
     backend::RopeParams rope{c.n_heads, c.head_dim, c.rope_dim, layer.rope_base, 1.0f / layer.rope_scale,
                              c.rope_layout};
-    b.rope(q, p.positions, rope);
-    rope.n_heads = c.n_kv_heads;
-    b.rope(k, p.positions, rope);
+    if (const ValueId qk = b.joined_view(q, k); qk != kNoValue) {
+      // Q and K side by side in one output: one rotation over all their heads.
+      rope.n_heads = c.n_heads + c.n_kv_heads;
+      b.rope(qk, p.positions, rope);
+    } else {
+      b.rope(q, p.positions, rope);
+      rope.n_heads = c.n_kv_heads;
+      b.rope(k, p.positions, rope);
+    }
     b.kv_store(l, k, v);
     ValueId attn = b.attention(l, q, c.attention_scale);
     ValueId o = b.matmul(attn, b.weight(blk + "attn_output.weight", c.n_embd, q_dim));
@@ -44,9 +62,8 @@ Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Meth
     x = b.add(x, o);
 
     h = b.rms_norm(x, b.vector_weight(blk + "ffn_norm.weight", c.n_embd), c.rms_eps);
-    ValueId gate = b.matmul(h, b.weight(blk + "ffn_gate.weight", c.n_ff, c.n_embd));
-    ValueId up = b.matmul(h, b.weight(blk + "ffn_up.weight", c.n_ff, c.n_embd));
-    ValueId down = b.matmul(b.glu(gate, up, glu_act), b.weight(blk + "ffn_down.weight", c.n_embd, c.n_ff));
+    const auto gate_up = b.projections(h, {{blk + "ffn_gate.weight", c.n_ff}, {blk + "ffn_up.weight", c.n_ff}}, stack);
+    ValueId down = b.matmul(b.glu(gate_up[0], gate_up[1], glu_act), b.weight(blk + "ffn_down.weight", c.n_embd, c.n_ff));
     if (c.post_norms) down = b.rms_norm(down, b.vector_weight(blk + "post_ffw_norm.weight", c.n_embd), c.rms_eps);
     x = b.add(x, down);
   }

@@ -9,6 +9,10 @@
 namespace cellm::model {
 
 // max_tokens: the decode bucket size, or max_write for prefill.
+// Whether projections of one input (q/k/v, gate/up) run as one matmul over stacked weights:
+// yes unless the environment sets CELLM_STACK_PROJECTIONS=0 (to measure what it buys).
+bool stack_projections();
+
 Program build_decoder_program(const gguf::File& file, const ModelConfig& config, Method method, int32_t max_tokens);
 
 }  // namespace cellm::model

@@ -46,6 +46,14 @@ struct ValueInfo {
   int64_t rows = 0;  // Fixed: exact; otherwise the most (max_tokens)
   int64_t cols = 0;
   size_t arena_offset = 0;  // Activation/Output: planned byte offset
+  // Weights stacked from several GGUF tensors of one type and width (their rows one after the
+  // other, in this order), so projections of the same input run as one matmul. Empty: the
+  // weight is the tensor `name`.
+  std::vector<std::string> parts;
+  // Activation views: columns [view_col, view_col + cols) of the activation `view_of`, which
+  // owns the bytes (views take no arena space and keep their owner alive).
+  ValueId view_of = kNoValue;
+  int64_t view_col = 0;
 };
 
 enum class OpCode {

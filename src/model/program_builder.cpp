@@ -34,7 +34,7 @@ ValueId ProgramBuilder::activation(const std::string& name, int64_t cols, Extent
   return add_value({name, ValueKind::Activation, DType::F32, extent, program_.max_tokens, cols});
 }
 
-ValueId ProgramBuilder::weight(const std::string& name, int64_t rows, int64_t cols) {
+const gguf::TensorInfo& ProgramBuilder::matrix_tensor(const std::string& name, int64_t rows, int64_t cols) const {
   const gguf::TensorInfo* t = file_.find_tensor(name);
   if (t == nullptr) fail(ErrorCode::Format, "model '", file_.name(), "' has no tensor '", name, "'");
   const int64_t t_rows = t->dims.size() > 1 ? t->dims[1] : 1;
@@ -43,9 +43,72 @@ ValueId ProgramBuilder::weight(const std::string& name, int64_t rows, int64_t co
          (t->dims.size() > 1 ? std::to_string(t->dims[1]) : ""), "], expected [", cols, ", ", rows, "]");
   if (!dtype_info(t->type).weight_format)
     fail(ErrorCode::Unsupported, "tensor '", name, "' is ", dtype_name(t->type), ", which cellm cannot compute with");
+  return *t;
+}
+
+ValueId ProgramBuilder::find_weight(const std::string& name) const {
   for (ValueId id = 0; id < static_cast<ValueId>(program_.values.size()); ++id)
     if (program_.values[id].kind == ValueKind::Weight && program_.values[id].name == name) return id;
-  return add_value({name, ValueKind::Weight, t->type, Extent::Fixed, rows, cols});
+  return kNoValue;
+}
+
+ValueId ProgramBuilder::weight(const std::string& name, int64_t rows, int64_t cols) {
+  const gguf::TensorInfo& t = matrix_tensor(name, rows, cols);
+  if (const ValueId known = find_weight(name); known != kNoValue) return known;
+  return add_value({name, ValueKind::Weight, t.type, Extent::Fixed, rows, cols});
+}
+
+std::vector<ValueId> ProgramBuilder::projections(ValueId x, const std::vector<std::pair<std::string, int64_t>>& weights,
+                                                 bool stack) {
+  const int64_t cols = info(x).cols;
+  std::vector<ValueId> results;
+  for (size_t first = 0; first < weights.size();) {
+    // The run of weights from `first` that share its type.
+    const DType type = matrix_tensor(weights[first].first, weights[first].second, cols).type;
+    size_t end = first + 1;
+    while (stack && end < weights.size() && matrix_tensor(weights[end].first, weights[end].second, cols).type == type)
+      ++end;
+    if (end - first == 1) {
+      results.push_back(matmul(x, weight(weights[first].first, weights[first].second, cols)));
+      first = end;
+      continue;
+    }
+    ValueInfo stacked{"", ValueKind::Weight, type, Extent::Fixed, 0, cols};
+    for (size_t i = first; i < end; ++i) {
+      if (i != first) stacked.name += '+';
+      stacked.name += weights[i].first;
+      stacked.parts.push_back(weights[i].first);
+      stacked.rows += weights[i].second;
+    }
+    ValueId w = find_weight(stacked.name);
+    if (w == kNoValue) w = add_value(std::move(stacked));
+    const ValueId out = matmul(x, w);
+    int64_t col = 0;
+    for (size_t i = first; i < end; ++i) {
+      results.push_back(view(out, col, weights[i].second, weights[i].first));
+      col += weights[i].second;
+    }
+    first = end;
+  }
+  return results;
+}
+
+ValueId ProgramBuilder::view(ValueId x, int64_t col, int64_t cols, const std::string& name) {
+  const ValueInfo& owner = info(x);
+  if (owner.kind != ValueKind::Activation || col < 0 || cols <= 0 || col + cols > owner.cols)
+    fail(ErrorCode::Internal, "view [", col, ", ", col + cols, ") of '", owner.name, "' (", owner.cols, " columns)");
+  ValueInfo v{name, ValueKind::Activation, DType::F32, owner.extent, owner.rows, cols};
+  // A view of a view is a view of its owner.
+  v.view_of = owner.view_of == kNoValue ? x : owner.view_of;
+  v.view_col = owner.view_col + col;
+  return add_value(std::move(v));
+}
+
+ValueId ProgramBuilder::joined_view(ValueId a, ValueId b) {
+  const ValueInfo& va = info(a);
+  const ValueInfo& vb = info(b);
+  if (va.view_of == kNoValue || va.view_of != vb.view_of || va.view_col + va.cols != vb.view_col) return kNoValue;
+  return view(va.view_of, va.view_col, va.cols + vb.cols, va.name + "+" + vb.name);
 }
 
 void ProgramBuilder::require_cols(ValueId id, int64_t cols, const char* what) const {
@@ -134,6 +197,7 @@ size_t plan_activation_arena(Program& program) {
   std::vector<int> first(n, -1), last(n, -1);
   auto touch = [&](ValueId id, int op) {
     if (id == kNoValue) return;
+    if (program.values[id].view_of != kNoValue) id = program.values[id].view_of;  // a view uses its owner's bytes
     if (first[id] < 0) first[id] = op;
     last[id] = op;
   };
@@ -156,7 +220,8 @@ size_t plan_activation_arena(Program& program) {
   std::vector<ValueId> order;
   for (ValueId id = 0; id < static_cast<ValueId>(n); ++id) {
     const ValueInfo& v = program.values[id];
-    if ((v.kind == ValueKind::Activation || v.kind == ValueKind::Output) && first[id] >= 0) order.push_back(id);
+    if ((v.kind == ValueKind::Activation || v.kind == ValueKind::Output) && v.view_of == kNoValue && first[id] >= 0)
+      order.push_back(id);
   }
   std::sort(order.begin(), order.end(), [&](ValueId a, ValueId b) { return first[a] < first[b]; });
   for (ValueId id : order) {

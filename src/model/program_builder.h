@@ -3,6 +3,8 @@
 // the GGUF file, feature sizes against each other) and returns the value it defines, so an
 // architecture reads as its forward pass. finish() plans the activation arena.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gguf/file.h"
 #include "model/config.h"
@@ -23,6 +25,18 @@ class ProgramBuilder {
   ValueId embed(ValueId tokens, ValueId table, float scale);
   ValueId rms_norm(ValueId x, ValueId weight, float eps, int32_t group = 0);
   ValueId matmul(ValueId x, ValueId w, ValueId bias = kNoValue);
+  // Projections of one input x by the named weights [rows_i x cols(x)], one result per weight.
+  // Neighbours of one type run as one matmul over their stacked rows (one activation
+  // quantization and one launch instead of several; each output element is the same dot
+  // product either way) and each result is a column view of its output. `stack` false: one
+  // matmul per weight (CELLM_STACK_PROJECTIONS=0 sets it, to measure what stacking buys).
+  std::vector<ValueId> projections(ValueId x, const std::vector<std::pair<std::string, int64_t>>& weights,
+                                   bool stack);
+  // Columns [col, col + cols) of activation x, sharing its bytes.
+  ValueId view(ValueId x, int64_t col, int64_t cols, const std::string& name);
+  // A view covering a and b when b's columns directly follow a's in one activation (so one
+  // row-wise op can treat both); kNoValue otherwise.
+  ValueId joined_view(ValueId a, ValueId b);
   void rope(ValueId x, ValueId positions, const backend::RopeParams& params);
   void kv_store(int32_t layer, ValueId k, ValueId v);
   ValueId attention(int32_t layer, ValueId q, float scale);
@@ -40,6 +54,8 @@ class ProgramBuilder {
   ValueId push(Op op, const std::string& out_name, int64_t out_cols, Extent extent);
   const ValueInfo& info(ValueId id) const { return program_.value(id); }
   void require_cols(ValueId id, int64_t cols, const char* what) const;
+  const gguf::TensorInfo& matrix_tensor(const std::string& name, int64_t rows, int64_t cols) const;
+  ValueId find_weight(const std::string& name) const;
 
   const gguf::File& file_;
   Program program_;

@@ -84,10 +84,27 @@ void Executor::place_weights(const gguf::File& file, const Program& program) {
   for (ValueId id = 0; id < static_cast<ValueId>(program.values.size()); ++id) {
     const model::ValueInfo& v = program.values[id];
     if (v.kind != ValueKind::Weight) continue;
-    const gguf::TensorInfo& t = file.tensor(v.name);
-    const backend::TensorRef host{const_cast<uint8_t*>(t.data), t.type, v.rows, v.cols, row_bytes(t.type, v.cols)};
-    weights_[id] = backend_.place_weight(host, t.name);
-    weights_bytes_ += t.bytes;
+    if (v.parts.empty()) {
+      const gguf::TensorInfo& t = file.tensor(v.name);
+      const backend::TensorRef host{const_cast<uint8_t*>(t.data), t.type, v.rows, v.cols, row_bytes(t.type, v.cols)};
+      weights_[id] = backend_.place_weight(host, t.name);
+      weights_bytes_ += t.bytes;
+      continue;
+    }
+    // Stacked projections: the parts' rows one after the other in a staging buffer. A backend
+    // that computes from host memory keeps using it; one that copied it elsewhere lets it go.
+    const size_t row = row_bytes(v.dtype, v.cols);
+    auto staging = std::make_unique<StagedWeight>(row * static_cast<size_t>(v.rows));
+    size_t at = 0;
+    for (const std::string& part : v.parts) {
+      const gguf::TensorInfo& t = file.tensor(part);
+      std::memcpy(staging->data() + at, t.data, t.bytes);
+      at += t.bytes;
+    }
+    const backend::TensorRef host{staging->data(), v.dtype, v.rows, v.cols, row};
+    weights_[id] = backend_.place_weight(host, v.name);
+    weights_bytes_ += at;
+    if (weights_[id].data == staging->data()) staged_weights_.push_back(std::move(staging));
   }
   // Every program must name the same weights at the same ids (the builder is deterministic).
   for (const Program& p : decode_)
@@ -303,6 +320,11 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
       }
       default: {
         const int64_t rows = v.extent == model::Extent::LogitRows ? n_logit_rows : n_tokens;
+        if (v.view_of != model::kNoValue) {  // columns of its owner's rows
+          const model::ValueInfo& owner = program.value(v.view_of);
+          return {static_cast<char*>(arena_.data) + owner.arena_offset + static_cast<size_t>(v.view_col) * sizeof(float),
+                  DType::F32, rows, v.cols, static_cast<size_t>(owner.cols) * sizeof(float)};
+        }
         return {static_cast<char*>(arena_.data) + v.arena_offset, DType::F32, rows, v.cols,
                 static_cast<size_t>(v.cols) * sizeof(float)};
       }

@@ -13,6 +13,10 @@ using nlohmann::json;
 
 constexpr size_t kMaxStopStrings = 4;  // OpenAI's limit
 
+// A value quoted in an error message: an array or object is only named, since dumping one
+// recurses as deep as the client nested it (a 16 MB body of brackets overflows the stack).
+std::string quoted(const json& value) { return value.is_structured() ? value.type_name() : value.dump(); }
+
 // Typed access to the fields of the request object. A field that is absent or null reads as
 // "not given", as the OpenAI API treats null.
 class Fields {
@@ -125,7 +129,7 @@ void parse_prompt(const Fields& fields, CompletionRequest& r) {
   for (const json& t : *p) {
     if (t.is_string()) reject_field("prompt", "one prompt per request: 'prompt' may hold one string, not several");
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
-      reject_field("prompt", "'prompt' token ids must be non-negative integers, got ", t.dump());
+      reject_field("prompt", "'prompt' token ids must be non-negative integers, got ", quoted(t));
     r.prompt_tokens.push_back(t.get<int32_t>());
   }
 }
@@ -155,14 +159,16 @@ void parse_sampling(const Fields& fields, batching::SamplingParams& s) {
   s.temperature = 1.0f;  // OpenAI's default; 0 is greedy
   if (auto t = fields.number("temperature", 0, 2)) s.temperature = static_cast<float>(*t);
   if (auto p = fields.number("top_p", 0, 1)) {
-    // top_p 0 keeps only the most likely token, which is greedy decoding.
-    if (*p == 0) s.temperature = 0;
+    // top_p 0 keeps only the most likely token, which is greedy decoding; so does a top_p
+    // that rounds to 0 as a float (1e-50), which the sampler would refuse.
+    if (static_cast<float>(*p) == 0) s.temperature = 0;
     else s.top_p = static_cast<float>(*p);
   }
   if (auto k = fields.integer("top_k", 0, std::numeric_limits<int32_t>::max())) s.top_k = static_cast<int32_t>(*k);
   if (auto m = fields.number("min_p", 0, 1)) s.min_p = static_cast<float>(*m);
   if (auto r = fields.number("repeat_penalty", 0, 100)) {
-    if (*r <= 0) reject_field("repeat_penalty", "'repeat_penalty' must be > 0");
+    // Checked as the float the sampler gets: 1e-50 rounds to 0.
+    if (static_cast<float>(*r) <= 0) reject_field("repeat_penalty", "'repeat_penalty' must be > 0");
     s.repeat_penalty = static_cast<float>(*r);
   }
   if (auto seed = fields.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
@@ -192,7 +198,7 @@ void refuse_unsupported(const Fields& fields, Endpoint endpoint) {
     if (!format->is_object()) reject_field("response_format", "'response_format' must be an object");
     const auto type = format->find("type");
     if (type != format->end() && *type != "text")
-      reject_field("response_format", "'response_format' type ", type->dump(), " is not supported (only \"text\")");
+      reject_field("response_format", "'response_format' type ", quoted(*type), " is not supported (only \"text\")");
   }
   // Accepted for compatibility, without effect.
   fields.number("presence_penalty", -2, 2);
@@ -210,7 +216,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
   json root;
   try {
     root = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e99999
     throw ApiError(400, "invalid_request_error", str_cat("the request body is not valid JSON: ", e.what()));
   }
   if (!root.is_object())

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/test_models.h"
 #include "common/tiny_models.h"
@@ -26,7 +27,10 @@ TEST(DecoderProgram, LlamaHasOneAttentionPerLayerAndOneOutput) {
   EXPECT_EQ(p.min_tokens, 2);
   EXPECT_EQ(count_ops(p, OpCode::Attention), c.n_layers);
   EXPECT_EQ(count_ops(p, OpCode::KvStore), c.n_layers);
-  EXPECT_EQ(count_ops(p, OpCode::MatMul), 7 * c.n_layers + 1);
+  // q/k/v and gate/up each run as one matmul over stacked weights (the tiny model's projections
+  // share a type), Q and K rotate in one op.
+  EXPECT_EQ(count_ops(p, OpCode::MatMul), 4 * c.n_layers + 1);
+  EXPECT_EQ(count_ops(p, OpCode::Rope), c.n_layers);
   EXPECT_EQ(count_ops(p, OpCode::GatherRows), 1);
   EXPECT_EQ(p.value(p.logits).cols, c.vocab_size);
   EXPECT_EQ(p.value(p.logits).extent, Extent::LogitRows);
@@ -35,6 +39,39 @@ TEST(DecoderProgram, LlamaHasOneAttentionPerLayerAndOneOutput) {
   EXPECT_NE(p.manifest.find("kv.k.0"), nullptr);
   EXPECT_NE(p.manifest.find("kv.v.1"), nullptr);
   EXPECT_NE(p.manifest.find("kv.cells"), nullptr);
+}
+
+TEST(DecoderProgram, ProjectionsUnstackedOnRequest) {
+  const auto file = gguf::File::open(test::tiny_model("tiny-llama"));
+  const ModelConfig c = read_model_config(*file);
+  setenv("CELLM_STACK_PROJECTIONS", "0", 1);
+  const Program p = build_decoder_program(*file, c, Method::Decode, 4);
+  unsetenv("CELLM_STACK_PROJECTIONS");
+  EXPECT_EQ(count_ops(p, OpCode::MatMul), 7 * c.n_layers + 1);
+  EXPECT_EQ(count_ops(p, OpCode::Rope), 2 * c.n_layers);
+  for (const ValueInfo& v : p.values) EXPECT_TRUE(v.parts.empty() && v.view_of == kNoValue) << v.name;
+}
+
+TEST(DecoderProgram, StackedWeightsAndViewsAreConsistent) {
+  const auto file = gguf::File::open(test::tiny_model("tiny-llama"));
+  const ModelConfig c = read_model_config(*file);
+  const Program p = build_decoder_program(*file, c, Method::Prefill, 16);
+  int stacked = 0;
+  for (const ValueInfo& v : p.values) {
+    if (!v.parts.empty()) {
+      ++stacked;
+      int64_t rows = 0;
+      for (const std::string& part : v.parts) rows += file->tensor(part).dims[1];
+      EXPECT_EQ(rows, v.rows) << v.name;
+    }
+    if (v.view_of != kNoValue) {
+      const ValueInfo& owner = p.value(v.view_of);
+      EXPECT_EQ(owner.view_of, kNoValue) << "views point at the value that owns the bytes: " << v.name;
+      EXPECT_LE(v.view_col + v.cols, owner.cols) << v.name;
+      EXPECT_EQ(v.arena_offset, 0u) << "a view takes no arena space: " << v.name;
+    }
+  }
+  EXPECT_EQ(stacked, 2 * c.n_layers);  // q+k+v and gate+up per layer
 }
 
 TEST(DecoderProgram, Gemma3HasNormsAndTwoWindows) {

@@ -20,6 +20,10 @@ def test_smollm2_json(cellm_bin, smollm2):
     assert j["chat_template"] is True
     assert j["tensors"]["count"] == 272
     assert j["tensors"]["by_type"]["q4_1"]["count"] == 210
+    listed = j["tensors"]["list"]
+    assert len(listed) == 272 and sum(t["bytes"] for t in listed) == j["tensors"]["bytes"]
+    embd = next(t for t in listed if t["name"] == "token_embd.weight")
+    assert (embd["type"], embd["dims"]) == ("q8_0", [576, 49152])
 
 
 def test_gemma3_json(cellm_bin, gemma3):

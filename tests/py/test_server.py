@@ -252,7 +252,9 @@ def test_api_key_is_required(strict_server):
 
 def test_a_full_queue_gets_429_with_retry_after(strict_server):
     auth = {"Content-Type": "application/json", "Authorization": "Bearer s3cret"}
-    body = json.dumps({"messages": [{"role": "user", "content": STORY}], "max_tokens": 300, "temperature": 0})
+    # As many tokens as the context allows, so the running generation is still running when the
+    # third request comes (300 tokens took less than the metric polls on a busy CI machine).
+    body = json.dumps({"messages": [{"role": "user", "content": STORY}], "max_tokens": CONTEXT - 40, "temperature": 0})
     running, waiting = strict_server.connection(), strict_server.connection()
     running.request("POST", "/v1/chat/completions", body, auth)
     strict_server.wait_for_metric("cellm_sessions_running", lambda v: v == 1)

@@ -1,7 +1,9 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
 
+#include <cstdlib>
 #include <sstream>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/driver_api.h"
@@ -14,6 +16,16 @@ namespace {
 
 // Weight rows are padded to this many bytes so the GEMV's vector loads stay aligned.
 constexpr size_t kWeightRowAlignment = 16;
+
+// CELLM_CUDA_ATTENTION: "exact" (default) computes the CPU's attention bit for bit, so GPU and
+// CPU tokens agree; "split" is the flash-decoding kernel, faster for long contexts (its
+// softmax is online, so its last bits differ from the CPU's).
+bool exact_attention_from_env() {
+  const char* v = std::getenv("CELLM_CUDA_ATTENTION");
+  if (v == nullptr || *v == '\0' || std::string(v) == "exact") return true;
+  if (std::string(v) == "split") return false;
+  fail(ErrorCode::InvalidArgument, "CELLM_CUDA_ATTENTION must be 'exact' or 'split', not '", v, "'");
+}
 
 }  // namespace
 
@@ -41,9 +53,11 @@ CudaBackend::CudaBackend(int device) : device_(device), memory_(device) {
   }
   vmm_supported_ = device_supports_vmm(device_);
   kv_growth_ = kv_growth_from_env(vmm_supported_);
+  exact_attention_ = exact_attention_from_env();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   try {
     matmul_ = std::make_unique<Matmul>(stream_, memory_);
+    rope_tables_ = std::make_unique<RopeTables>(memory_);
     attention_partials_floats_ = attention_partials_floats(sm_count_);
     attention_partials_ =
         static_cast<float*>(memory_.allocate(attention_partials_floats_ * sizeof(float), "attention partials"));
@@ -58,6 +72,7 @@ CudaBackend::~CudaBackend() { free_all(); }
 void CudaBackend::free_all() {
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   matmul_.reset();
+  rope_tables_.reset();
   try {
     memory_.release(attention_partials_);
   } catch (...) {
@@ -160,7 +175,7 @@ void CudaBackend::matmul_gemm(const TensorRef& x, const TensorRef& w, const floa
 
 void CudaBackend::rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params) {
   use_device(device_);
-  launch_rope(x, positions, params, stream_);
+  launch_rope(x, positions, params, rope_tables_->find(params, stream_), stream_);
 }
 
 void CudaBackend::kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst) {
@@ -171,6 +186,7 @@ void CudaBackend::kv_store(const TensorRef& k, const TensorRef& v, const backend
 void CudaBackend::attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                             const TensorRef& out) {
   use_device(device_);
+  if (exact_attention_ && attention_exact_supported(q, kv)) return launch_attention_exact(q, kv, positions, scale, out, stream_);
   launch_attention(q, kv, positions, scale, out, {attention_partials_, attention_partials_floats_, sm_count_}, stream_);
 }
 

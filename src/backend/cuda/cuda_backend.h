@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/device_kv_storage.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/rope_table.h"
 
 namespace cellm::cuda {
 
@@ -75,9 +76,11 @@ class CudaBackend final : public backend::Backend {
   int sm_count_ = 1;
   bool vmm_supported_ = false;
   KvGrowth kv_growth_ = KvGrowth::Copy;
+  bool exact_attention_ = true;  // CELLM_CUDA_ATTENTION (cuda_backend.cpp)
   cudaStream_t stream_ = nullptr;
   DeviceMemory memory_;
   std::unique_ptr<Matmul> matmul_;
+  std::unique_ptr<RopeTables> rope_tables_;
   float* attention_partials_ = nullptr;
   size_t attention_partials_floats_ = 0;
 };

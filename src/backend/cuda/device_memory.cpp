@@ -9,6 +9,14 @@ namespace cellm::cuda {
 
 void* DeviceMemory::allocate(size_t bytes, const char* what) {
   use_device(device_);
+  if (total_.load() == 0) {
+    size_t free_bytes = 0, total_bytes = 0;
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    total_.store(total_bytes);
+  }
+  if (bytes > total_.load())
+    fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes of device memory for ", what, ": the device has ",
+         total_.load());
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
   if (err != cudaSuccess) {

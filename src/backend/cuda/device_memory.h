@@ -15,7 +15,9 @@ class DeviceMemory {
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 
   int device() const { return device_; }
-  // cudaMalloc; throws OutOfMemory naming `what` and the size.
+  // cudaMalloc; throws OutOfMemory naming `what` and the size. A request larger than the
+  // device's whole memory is refused without asking the driver, so an impossible size is not
+  // a CUDA API error (compute-sanitizer counts those).
   void* allocate(size_t bytes, const char* what);
   // cudaFree of a pointer from allocate (null is ignored). Waits for the device, as cudaFree does.
   void release(void* p);
@@ -28,6 +30,7 @@ class DeviceMemory {
 
  private:
   int device_;
+  std::atomic<size_t> total_{0};  // the device's memory, once asked
   std::mutex mutex_;
   std::unordered_map<void*, size_t> sizes_;
   std::atomic<size_t> allocated_{0};

@@ -1,225 +1,218 @@
-// Weight-streaming matrix product for few activation rows (decode): each warp owns R output
-// features and walks their weight rows once, 32-element units at a time (four lanes per unit,
-// weight_units.cuh), for up to kGemvMaxTile activation rows. Memory traffic is the weights plus
-// activations that stay in L1/L2.
-//  - Quantized weights: the lane's eight quants as int8 bytes (weight_units_int8.cuh) meet
-//    the activations quantized to int8 per unit (quantize_activations.cu) in two __dp4a; the
-//    unit's weight scale, activation scale and offset are applied once per eight products.
-//  - F32/F16/BF16 weights: widened to f32 and multiplied with the f32 activations.
-//
-// Reduction order per output: each lane sums its units in row order, then the warp combines
-// lanes with a fixed butterfly. Nothing depends on how many activation rows share the launch,
-// so a row's result is the same alone or in a batch.
+// The exact product of quantized weights with quantized activations (matmul_kernels.h states
+// the contract), for up to kGemvTileTokens activation rows per block and any number of weight
+// rows. Each warp walks its weight rows in steps of kBlocksPerStep blocks:
+//  1. the step's bytes come to shared memory with 16-byte cp.async copies, kStages - 1 steps
+//     ahead (a ring per warp), so many bytes are in flight without holding registers;
+//  2. every block of the step is split over kLanes lanes (weight_units_int8.cuh), which compute
+//     exact integer partial sums for each token and add them up with shuffles;
+//  3. one lane per (block, token) writes the block's float operands (float(isum), d_w * d_a
+//     and the min pair) to a slot; then the lanes that own an accumulator (one per token for
+//     the k-quants, four per token for the 32-element formats: block b feeds b % 4) apply the
+//     blocks' fused multiply-adds in block order.
+// The float steps of an output are therefore the contract's sequence whatever the tiling, and
+// a row's result does not depend on the other rows of the launch.
 #include <algorithm>
 
-#include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels.h"
-#include "backend/cuda/plain_values.cuh"
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/weight_units_int8.cuh"
 #include "core/error.h"
 
 namespace cellm::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kUnitsPerStep = 32 / kLanesPerUnit;
-
-// Output features per warp: activations loaded once serve all of them, and more rows mean more
-// independent weight loads in flight; wide activation tiles need the registers for themselves.
-__host__ __device__ constexpr int rows_per_warp(int t) { return t <= 2 ? 4 : 2; }
+using namespace exact;
 
 struct GemvArgs {
   const uint8_t* w;
   size_t w_stride;  // bytes
-  int64_t n;        // output features
-  int units;        // K / 32
-  const float* x;
-  size_t x_stride;  // floats
-  QuantizedRows xq;  // x quantized (quantized weights only), rows from this tile's first
-  int t_count;       // activation rows in this launch (<= T)
+  int64_t n;        // weight rows
+  int blocks;       // per row
+  QuantizedActivations act;
+  int64_t tokens;  // activation rows
   float* out;
   size_t out_stride;  // floats
   const float* bias;
+  int64_t rows_per_warp;
 };
 
-__device__ __forceinline__ float dot8(const float (&w)[8], const float4& a, const float4& b, float acc) {
-  acc = fmaf(w[0], a.x, acc);
-  acc = fmaf(w[1], a.y, acc);
-  acc = fmaf(w[2], a.z, acc);
-  acc = fmaf(w[3], a.w, acc);
-  acc = fmaf(w[4], b.x, acc);
-  acc = fmaf(w[5], b.y, acc);
-  acc = fmaf(w[6], b.z, acc);
-  acc = fmaf(w[7], b.w, acc);
-  return acc;
-}
+template <class F>
+struct Steps {
+  static constexpr bool kKQuant = F::kElems == 256;
+  static constexpr int kBlocksPerStep = 32 / F::kLanes;  // 16 or 8
+  static constexpr int kBytes = kBlocksPerStep * F::kBlockBytes;  // whole 16-byte chunks
+  static constexpr int kStages = kKQuant ? 3 : 4;
+  static constexpr int kRingBytes = kBytes + 16;  // slack for the unaligned readers
+  static_assert(kBytes % 16 == 0);
+};
 
-// The warp's R weight rows; rows past the end repeat the last one (computed, not stored).
-template <int R>
-__device__ __forceinline__ void warp_weight_rows(const GemvArgs& a, int64_t n0, const uint8_t* (&wrow)[R]) {
-#pragma unroll
-  for (int r = 0; r < R; ++r) wrow[r] = a.w + static_cast<size_t>(min(n0 + r, a.n - 1)) * a.w_stride;
-}
+template <class F, int T>
+__global__ void __launch_bounds__(kGemvThreads) gemv_quantized_kernel(GemvArgs a) {
+  using S = Steps<F>;
+  constexpr int kBps = S::kBlocksPerStep;
+  __shared__ __align__(16) uint8_t ring[kGemvWarps][S::kStages][S::kRingBytes];
+  __shared__ float4 slots[kGemvWarps][kBps][T];
 
-// Reduces each accumulator over the warp and stores it (+ bias).
-template <int R, int T>
-__device__ __forceinline__ void store_rows(const GemvArgs& a, int64_t n0, int lane, float (&acc)[R][T]) {
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      float v = acc[r][t];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if (lane == 0 && n0 + r < a.n && t < a.t_count) {
-        if (a.bias != nullptr) v += a.bias[n0 + r];
-        a.out[static_cast<size_t>(t) * a.out_stride + n0 + r] = v;
-      }
-    }
-  }
-}
-
-template <class Unit, int T>
-__global__ void __launch_bounds__(kThreads) gemv_quantized_kernel(GemvArgs a) {
-  using Q = QuantBytes<Unit>;
-  constexpr int R = rows_per_warp(T);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
-  if (n0 >= a.n) return;
-  const int q = lane % kLanesPerUnit;
-  const uint8_t* wrow[R];
-  warp_weight_rows(a, n0, wrow);
-  int64_t xrow[T];  // rows past t_count repeat the last one (computed, not stored)
-#pragma unroll
-  for (int t = 0; t < T; ++t) xrow[t] = min(t, a.t_count - 1);
-  float acc[R][T] = {};
+  const int64_t first_row = (static_cast<int64_t>(blockIdx.y) * kGemvWarps + warp) * a.rows_per_warp;
+  const int64_t end_row = min(a.n, first_row + a.rows_per_warp);
+  if (first_row >= end_row) return;  // the whole warp
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * T;
+  const int t_count = static_cast<int>(min(static_cast<int64_t>(T), a.tokens - t0));
+  const int steps_per_row = (a.blocks + kBps - 1) / kBps;
+  const int row_bytes = a.blocks * F::kBlockBytes;
+  const int64_t iterations = (end_row - first_row) * steps_per_row;
 
-#pragma unroll(T <= 2 ? 2 : 1)
-  for (int u = lane / kLanesPerUnit; u < a.units; u += kUnitsPerStep) {
-    const int e0 = kUnitElems * u + unit_offset<Unit::kSplit>(q, 0);
-    const int e1 = kUnitElems * u + unit_offset<Unit::kSplit>(q, 4);
-    int x_lo[T], x_hi[T];
-    float x_scale[T], x_sum[T];
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const int8_t* values = a.xq.values + xrow[t] * a.xq.row_stride;
-      x_lo[t] = __ldg(reinterpret_cast<const int*>(values + e0));
-      x_hi[t] = __ldg(reinterpret_cast<const int*>(values + e1));
-      x_scale[t] = __ldg(a.xq.scales + xrow[t] * a.units + u);
-      // The unit's offset times the sum of its activations: added once, by the unit's lane 0.
-      if constexpr (Q::kHasOffset) x_sum[t] = q == 0 ? __ldg(a.xq.sums + xrow[t] * a.units + u) : 0.0f;
+  // Copies: iteration i's step into ring slot i % kStages.
+  int64_t copy_row = first_row, copy_iter = 0;
+  int copy_step = 0, copy_slot = 0;
+  auto issue_copy = [&] {
+    if (copy_iter < iterations) {
+      const uint8_t* src = a.w + static_cast<size_t>(copy_row) * a.w_stride + static_cast<size_t>(copy_step) * S::kBytes;
+      const int chunks = (min(S::kBytes, row_bytes - copy_step * S::kBytes) + 15) / 16;
+      for (int c = lane; c < chunks; c += 32) cp_async16(&ring[warp][copy_slot][16 * c], src + 16 * c);
+      if (++copy_step == steps_per_row) copy_step = 0, ++copy_row;
+      copy_slot = copy_slot + 1 == S::kStages ? 0 : copy_slot + 1;
     }
+    ++copy_iter;
+    cp_async_commit();  // possibly empty: keeps one group per iteration
+  };
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      uint32_t lo, hi;
-      float scale, offset;
-      Q::decode(wrow[r], u, q, lo, hi, scale, offset);
+  for (int s = 0; s < S::kStages - 1; ++s) issue_copy();
+
+  const int local = lane / F::kLanes, part = lane % F::kLanes;
+  int64_t act_row[T];  // rows past the tile's end repeat its last row (computed, not stored)
+#pragma unroll
+  for (int t = 0; t < T; ++t) act_row[t] = t0 + min(t, t_count - 1);
+
+  float acc = 0.0f;
+  int64_t row = first_row;
+  int step = 0, slot = 0;
+  for (int64_t it = 0; it < iterations; ++it) {
+    issue_copy();
+    cp_async_wait<S::kStages - 1>();
+    __syncwarp();
+    const uint8_t* block = &ring[warp][slot][local * F::kBlockBytes];
+    const int b = step * kBps + local;
+    const bool live = b < a.blocks;
+    int isum[T], msum[T];
+    typename F::Lane l;
+    if (live) {
+      F::lane(block, part, l);
 #pragma unroll
       for (int t = 0; t < T; ++t) {
-        const int dot = __dp4a(static_cast<int>(hi), x_hi[t], __dp4a(static_cast<int>(lo), x_lo[t], 0));
-        acc[r][t] = fmaf(scale * x_scale[t], static_cast<float>(dot), acc[r][t]);
-        if constexpr (Q::kHasOffset) acc[r][t] = fmaf(offset, x_sum[t], acc[r][t]);
+        const int8_t* codes = a.act.codes + act_row[t] * a.act.row_stride + static_cast<int64_t>(b) * F::kElems;
+        if constexpr (S::kKQuant) {
+          const int16_t* groups = a.act.group_sums + act_row[t] * (static_cast<int64_t>(a.blocks) * 16) + 16 * b;
+          isum[t] = F::partial(l, part, codes, groups, msum[t]);
+        } else {
+          isum[t] = F::partial(l, part, codes);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int t = 0; t < T; ++t) isum[t] = msum[t] = 0;
+    }
+#pragma unroll
+    for (int m = 1; m < F::kLanes; m <<= 1) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        isum[t] += __shfl_xor_sync(0xffffffffu, isum[t], m);
+        if constexpr (S::kKQuant && F::kHasMin) msum[t] += __shfl_xor_sync(0xffffffffu, msum[t], m);
       }
     }
-  }
-  store_rows<R, T>(a, n0, lane, acc);
-}
-
-template <class Unit, int T>
-__global__ void __launch_bounds__(kThreads) gemv_plain_kernel(GemvArgs a) {
-  constexpr int R = rows_per_warp(T);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * R;
-  if (n0 >= a.n) return;
-  const int q = lane % kLanesPerUnit;
-  const uint8_t* wrow[R];
-  warp_weight_rows(a, n0, wrow);
-  const float* xrow[T];
+    if (live) {
+      const float dw = F::d(block);
 #pragma unroll
-  for (int t = 0; t < T; ++t) xrow[t] = a.x + static_cast<size_t>(min(t, a.t_count - 1)) * a.x_stride;
-  float acc[R][T] = {};
-
-#pragma unroll(T <= 2 ? 2 : 1)
-  for (int u = lane / kLanesPerUnit; u < a.units; u += kUnitsPerStep) {
-    const int e0 = kUnitElems * u + 8 * q;
-    float4 xa[T], xb[T];
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      xa[t] = __ldg(reinterpret_cast<const float4*>(xrow[t] + e0));
-      xb[t] = __ldg(reinterpret_cast<const float4*>(xrow[t] + e0 + 4));
+      for (int t = 0; t < T; ++t) {
+        if (t % F::kLanes != part) continue;
+        const int64_t ab = act_row[t] * a.blocks + b;  // this block's activation scale
+        const float da = __ldg(a.act.scales + ab);
+        float4 s;
+        if constexpr (S::kKQuant) {
+          s = make_float4(__int2float_rn(isum[t]), __fmul_rn(dw, da), __int2float_rn(msum[t]),
+                          __fmul_rn(F::dmin(block), -da));
+        } else {
+          s = make_float4(small_int_to_float(isum[t]), __fmul_rn(dw, da), F::m(block),
+                          F::kHasMin ? __ldg(a.act.sums + ab) : 0.0f);
+        }
+        slots[warp][local][t] = s;
+      }
     }
+    __syncwarp();
+    // The accumulators: k-quants one per token (lane t), 32-element formats four per token
+    // (lane 4t + k takes blocks k, k + 4, ... of the step).
+    constexpr int kAccumulators = S::kKQuant ? 1 : 4;
+    const int t = lane / kAccumulators, k = lane % kAccumulators;
+    if (t < T) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float w[kLaneElems];
-      Unit::decode(wrow[r], u, q, w);
-#pragma unroll
-      for (int t = 0; t < T; ++t) acc[r][t] = dot8(w, xa[t], xb[t], acc[r][t]);
+      for (int j = k; j < kBps; j += kAccumulators) {
+        if (step * kBps + j < a.blocks) {
+          const float4 s = slots[warp][j][t];
+          acc = __fmaf_rn(s.x, s.y, acc);
+          if constexpr (F::kHasMin) acc = __fmaf_rn(s.z, s.w, acc);
+        }
+      }
     }
+    if (step == steps_per_row - 1) {
+      float v = acc;
+      if constexpr (kAccumulators == 4) {
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));  // acc0 + acc1, acc2 + acc3
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));  // (acc0 + acc1) + (acc2 + acc3)
+      }
+      if (k == 0 && t < t_count) {
+        if (a.bias != nullptr) v = __fadd_rn(v, a.bias[row]);
+        a.out[static_cast<size_t>(t0 + t) * a.out_stride + row] = v;
+      }
+      acc = 0.0f;
+      step = 0;
+      ++row;
+    } else {
+      ++step;
+    }
+    slot = slot + 1 == S::kStages ? 0 : slot + 1;
+    __syncwarp();  // the slots and this ring slot are rewritten next
   }
-  store_rows<R, T>(a, n0, lane, acc);
+  cp_async_wait<0>();
 }
 
-template <class Unit, int T>
-void launch_rows(const GemvArgs& args, cudaStream_t stream) {
-  constexpr int R = rows_per_warp(T);
-  const int64_t warps = (args.n + R - 1) / R;
-  const dim3 grid(static_cast<unsigned>((warps + kWarps - 1) / kWarps));
-  if constexpr (std::is_same_v<Unit, UnitF32> || std::is_same_v<Unit, UnitF16> || std::is_same_v<Unit, UnitBF16>)
-    gemv_plain_kernel<Unit, T><<<grid, kThreads, 0, stream>>>(args);
-  else
-    gemv_quantized_kernel<Unit, T><<<grid, kThreads, 0, stream>>>(args);
+template <class F, int T>
+void launch_tiles(const GemvArgs& base, int sm_count, cudaStream_t stream) {
+  static const int blocks_per_sm = gemv_blocks_per_sm(gemv_quantized_kernel<F, T>);
+  const GemvGrid g = gemv_grid(blocks_per_sm, base.n, base.tokens, T, sm_count);
+  GemvArgs args = base;
+  args.rows_per_warp = g.units_per_warp;
+  gemv_quantized_kernel<F, T><<<g.grid, kGemvThreads, 0, stream>>>(args);
 }
-
-template <class Unit>
-void launch_tile(const GemvArgs& args, cudaStream_t stream) {
-  if (args.t_count == 1)
-    launch_rows<Unit, 1>(args, stream);
-  else if (args.t_count == 2)
-    launch_rows<Unit, 2>(args, stream);
-  else if (args.t_count <= 4)
-    launch_rows<Unit, 4>(args, stream);
-  else
-    launch_rows<Unit, kGemvMaxTile>(args, stream);
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-bool gemv_wants_quantized(const TensorRef& w) { return !is_plain(w.dtype); }
-
-bool gemv_supported(const TensorRef& x, const TensorRef& w) {
-  return x.dtype == DType::F32 && w.cols % kUnitElems == 0 && w.cols <= int64_t{1} << 30 && aligned16(x.data) &&
-         x.row_stride % 16 == 0 && aligned16(w.data) && w.row_stride % 16 == 0 &&
-         visit_unit_format(w.dtype, [](auto) {});
-}
-
-void launch_gemv(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out,
-                 const QuantizedRows& quantized, cudaStream_t stream) {
-  if (!gemv_supported(x, w)) fail(ErrorCode::Internal, "gemv: unsupported operands (", dtype_name(w.dtype), ")");
-  if (out.rows == 0 || w.rows == 0) return;
-  const bool quantize = gemv_wants_quantized(w);
-  if (quantize) {
-    if (quantized.values == nullptr || quantized.row_stride < w.cols)
-      fail(ErrorCode::Internal, "gemv: no room for the quantized activations");
-    launch_quantize_activations(x, quantized, stream);
-  }
-  const int units = static_cast<int>(w.cols / kUnitElems);
-  GemvArgs args{static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, units, nullptr,
-                x.row_stride / sizeof(float), quantized, 0, nullptr, out.row_stride / sizeof(float), bias};
-  for (int64_t t0 = 0; t0 < out.rows; t0 += kGemvMaxTile) {
-    args.x = x.row<const float>(t0);
-    if (quantize) {
-      args.xq.values = quantized.values + t0 * quantized.row_stride;
-      args.xq.scales = quantized.scales + t0 * units;
-      args.xq.sums = quantized.sums + t0 * units;
-    }
-    args.out = out.row<float>(t0);
-    args.t_count = static_cast<int>(std::min<int64_t>(kGemvMaxTile, out.rows - t0));
-    visit_unit_format(w.dtype, [&]<class Unit>(Unit) { launch_tile<Unit>(args, stream); });
-  }
-  check_launch("gemv kernel");
+void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
+                           const TensorRef& out, int sm_count, cudaStream_t stream) {
+  if (tokens == 0 || w.rows == 0) return;
+  GemvArgs args{static_cast<const uint8_t*>(w.data),
+                w.row_stride,
+                w.rows,
+                0,
+                q,
+                tokens,
+                static_cast<float*>(out.data),
+                out.row_stride / sizeof(float),
+                bias,
+                1};
+  const bool known = visit_exact_format(w.dtype, [&]<class F>(F) {
+    args.blocks = static_cast<int>(w.cols / F::kElems);
+    if (tokens == 1)
+      launch_tiles<F, 1>(args, sm_count, stream);
+    else if (tokens == 2)
+      launch_tiles<F, 2>(args, sm_count, stream);
+    else if (tokens <= 4)
+      launch_tiles<F, 4>(args, sm_count, stream);
+    else
+      launch_tiles<F, kGemvTileTokens>(args, sm_count, stream);
+  });
+  if (!known) fail(ErrorCode::Internal, "exact gemv: no kernel for ", dtype_name(w.dtype));
+  check_launch("exact gemv kernel");
 }
 
 }  // namespace cellm::cuda

@@ -19,7 +19,8 @@ void launch_embed(const TensorRef& table, const int32_t* tokens, float scale, co
                   cudaStream_t stream);
 void launch_rms_norm(const TensorRef& x, const float* weight, int32_t group, float eps, const TensorRef& out,
                      cudaStream_t stream);
-void launch_rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params,
+// `table`: the angles' cos/sin for positions below kRopeTablePositions (rope_table.h), or null.
+void launch_rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params, const float2* table,
                  cudaStream_t stream);
 void launch_kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst,
                      cudaStream_t stream);
@@ -35,28 +36,7 @@ void launch_add_bias(const TensorRef& out, const float* bias, cudaStream_t strea
 void launch_gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out, cudaStream_t stream);
 void launch_argmax_rows(const TensorRef& logits, int32_t* out, cudaStream_t stream);
 
-// --- matrix products (matmul.cpp chooses between them) ---------------------------------------
-// Activations quantized per 32-element unit for the integer GEMV (quantize_activations.cu):
-// row t, unit u has int8 values[t * row_stride + 32u ...], scale scales[t * units + u] and
-// scaled sum sums[t * units + u] (scale * the sum of its values).
-struct QuantizedRows {
-  int8_t* values = nullptr;
-  float* scales = nullptr;
-  float* sums = nullptr;
-  int64_t row_stride = 0;  // bytes
-};
-void launch_quantize_activations(const TensorRef& x, const QuantizedRows& q, cudaStream_t stream);
-
-// Weight-streaming product for few rows: out[t] = x[t] . w^T (+ bias), any T (processed in
-// groups of at most kGemvMaxTile rows, each group streaming the weights once). Requires
-// gemv_supported(). Quantized weights meet activations quantized to 8 bits per 32 (as the CPU
-// does) in integer dot products: `quantized` must hold x's rows (gemv_wants_quantized()); plain
-// weights (F32, F16, BF16) use f32 activations. A row's result does not depend on T.
-inline constexpr int kGemvMaxTile = 8;
-bool gemv_supported(const TensorRef& x, const TensorRef& w);
-bool gemv_wants_quantized(const TensorRef& w);
-void launch_gemv(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out,
-                 const QuantizedRows& quantized, cudaStream_t stream);
+// --- matrix products (matmul.cpp chooses; the exact kernels are in matmul_kernels.h) -------
 // Rows [row0, row0 + rows) of weight w as dense bf16, `w.cols` elements per row, contiguous.
 void launch_dequantize_bf16(const TensorRef& w, int64_t row0, int64_t rows, void* dst, cudaStream_t stream);
 // Rows [row0, row0 + rows) of the f32 activations x as dense bf16, contiguous.
@@ -74,6 +54,11 @@ struct AttentionWorkspace {
 inline constexpr int kAttentionMaxHeadDim = 256;
 inline constexpr int kAttentionMaxGroupDims = 4096;  // query heads per KV head x head_dim
 size_t attention_partials_floats(int sm_count);
+// The CPU's attention, bit for bit (attention_exact.cu): the default; the split kernel above is
+// faster for long contexts (CELLM_CUDA_ATTENTION=split).
+bool attention_exact_supported(const TensorRef& q, const backend::PagedKv& kv);
+void launch_attention_exact(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
+                            const TensorRef& out, cudaStream_t stream);
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                       const TensorRef& out, const AttentionWorkspace& workspace, cudaStream_t stream);
 

@@ -1,9 +1,12 @@
 #include "backend/cuda/matmul.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/matmul_kernels.h"
 #include "core/error.h"
 
 namespace cellm::cuda {
@@ -12,7 +15,7 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kWeightScratchElems = size_t{32} << 20;  // 64 MiB of bf16
 constexpr size_t kActScratchElems = size_t{16} << 20;     // 32 MiB of bf16
-constexpr size_t kQuantizedElems = size_t{4} << 20;       // int8 activations of the GEMV: rows x K
+constexpr int64_t kQuantizedElems = int64_t{8} << 20;     // exact path: activation rows x K quantized at once
 
 void check_blas(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
@@ -20,9 +23,20 @@ void check_blas(cublasStatus_t status, const char* what) {
   fail(ErrorCode::Internal, what, ": cuBLAS status ", static_cast<int>(status));
 }
 
+Matmul::LargeRows large_rows_from_env() {
+  const char* v = std::getenv("CELLM_CUDA_GEMM");
+  if (v == nullptr || *v == '\0' || std::string(v) == "exact") return Matmul::LargeRows::Exact;
+  if (std::string(v) == "bf16") return Matmul::LargeRows::Bf16;
+  fail(ErrorCode::InvalidArgument, "CELLM_CUDA_GEMM must be 'exact' or 'bf16', not '", v, "'");
+}
+
 }  // namespace
 
-Matmul::Matmul(cudaStream_t stream, DeviceMemory& memory) : stream_(stream), memory_(memory) {
+Matmul::Matmul(cudaStream_t stream, DeviceMemory& memory)
+    : stream_(stream), memory_(memory), large_rows_(large_rows_from_env()) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
   check_blas(cublasCreate(&handle_), "cublasCreate");
   try {
     check_blas(cublasSetStream(handle_, stream_), "cublasSetStream");
@@ -31,9 +45,7 @@ Matmul::Matmul(cudaStream_t stream, DeviceMemory& memory) : stream_(stream), mem
     check_blas(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     w_scratch_ = memory_.allocate(kWeightScratchElems * 2, "matmul weight scratch");
     x_scratch_ = memory_.allocate(kActScratchElems * 2, "matmul activation scratch");
-    // Values, then one scale and one sum per 32 values.
-    q_scratch_ = memory_.allocate(kQuantizedElems + 2 * (kQuantizedElems / 32) * sizeof(float),
-                                  "matmul quantized activations");
+    q_scratch_ = memory_.allocate(quantized_activation_bytes(1, kQuantizedElems), "matmul quantized activations");
   } catch (...) {
     free_all();
     throw;
@@ -60,21 +72,29 @@ void Matmul::run(const backend::TensorRef& x, const backend::TensorRef& w, const
     fail(ErrorCode::Internal, "matmul: x [", x.rows, " x ", x.cols, "] . w [", w.rows, " x ", w.cols, "]^T -> out [",
          out.rows, " x ", out.cols, "]");
   if (x.rows == 0) return;
-  if (x.rows <= kGemvMaxRows && gemv_supported(x, w)) {
-    QuantizedRows q;
-    if (gemv_wants_quantized(w) && static_cast<size_t>(x.rows * x.cols) <= kQuantizedElems) {
-      auto* base = static_cast<char*>(q_scratch_);
-      q.values = reinterpret_cast<int8_t*>(base);
-      q.scales = reinterpret_cast<float*>(base + kQuantizedElems);
-      q.sums = q.scales + kQuantizedElems / 32;
-      q.row_stride = x.cols;
-    }
-    if (!gemv_wants_quantized(w) || q.values != nullptr) {
-      launch_gemv(x, w, bias, out, q, stream_);
-      return;
-    }
-  }
+  if (large_rows_ == LargeRows::Bf16 && x.rows > kGemvMaxRows) return run_gemm(x, w, bias, out);
+  if (exact_matmul_supported(x, w)) return run_exact(x, w, bias, out);
   run_gemm(x, w, bias, out);
+}
+
+void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+                       const backend::TensorRef& out) {
+  ActivationFormat format;
+  if (!activation_format_for(w.dtype, format)) return launch_exact_matmul(x, {}, w, bias, out, sm_count_, stream_);
+  // Rows in chunks that fit the quantized-activation scratch.
+  const int64_t chunk = kQuantizedElems / x.cols;
+  if (chunk == 0) fail(ErrorCode::Unsupported, "matmul inner dimension ", x.cols, " exceeds the CUDA scratch");
+  for (int64_t t0 = 0; t0 < x.rows; t0 += chunk) {
+    const int64_t rows = std::min(chunk, x.rows - t0);
+    backend::TensorRef xs = x, os = out;
+    xs.data = x.row<float>(t0);
+    xs.rows = rows;
+    os.data = out.row<float>(t0);
+    os.rows = rows;
+    const QuantizedActivations q = carve_quantized_activations(q_scratch_, rows, x.cols);
+    launch_quantize_activations(xs, format, q, stream_);
+    launch_exact_matmul(xs, q, w, bias, os, sm_count_, stream_);
+  }
 }
 
 void Matmul::gemm_bf16(const void* w, int64_t lda, const void* x, int64_t n_rows, int64_t t_rows, int64_t k,

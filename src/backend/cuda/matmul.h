@@ -1,11 +1,21 @@
 #pragma once
-// out = x . w^T (+ bias) on the GPU, choosing per call:
-//  - up to kGemvMaxRows activation rows: the weight-streaming GEMV (gemv.cu), weights decoded
-//    in registers; quantized weights meet activations quantized to int8 per 32 (integer dot
-//    products, as on the CPU), plain weights meet f32 activations;
-//  - more rows: tensor cores through cuBLAS. Weights are dequantized to bf16 in slices of rows
-//    (a fixed scratch buffer), activations converted to bf16, products accumulated in f32.
-//    BF16 weights are used in place; F32 weights go through an f32 GEMM (no conversion).
+// out = x . w^T (+ bias) on the GPU.
+//
+// Default: the exact path (matmul_kernels.h). Activations are quantized on the GPU exactly as
+// the CPU quantizes them (Q8_0 / Q8_1 / Q8_K by weight type), blocks are multiplied in
+// integers and scaled and summed in the CPU's AVX-512 order; F32/F16/BF16 weights meet f32
+// activations. GPU and CPU logits therefore agree to the last bit on AVX-512 CPUs (to float
+// summation order on others), and every row's result is the same alone or in any batch, for
+// every row count: decode rows and prefill slices take the same kernels (weights streamed once
+// per tile of 8 rows; tiles running side by side share them through L2).
+//
+// Opt-in: CELLM_CUDA_GEMM=bf16 sends products of more than kGemvMaxRows rows (prefill) to
+// tensor cores through cuBLAS: weights dequantized to bf16 in slices of rows, activations
+// converted to bf16, f32 accumulation. Much faster for long prompts, but it rounds both operands
+// to 8 significant bits, so its logits drift from the CPU's (greedy tokens can differ at near
+// ties) and a prompt's prefill no longer matches a decode of the same rows bit for bit.
+// Operands the exact kernels do not take (unaligned rows, an inner dimension that is not whole
+// 32-element blocks) also go to cuBLAS.
 // All scratch is allocated once here, so a forward allocates nothing (CUDA-graph capture).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -15,32 +25,40 @@
 
 namespace cellm::cuda {
 
+// The row count above which CELLM_CUDA_GEMM=bf16 takes the tensor-core path.
 inline constexpr int64_t kGemvMaxRows = 16;
 
 class Matmul {
  public:
+  enum class LargeRows { Exact, Bf16 };  // what products of more than kGemvMaxRows rows use
+
   Matmul(cudaStream_t stream, DeviceMemory& memory);
   ~Matmul();
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
 
   void run(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias, const backend::TensorRef& out);
-  // The tensor-core path whatever the row count (tests compare the two paths with it).
+  // The bf16 tensor-core path whatever the row count (tests compare the paths with it).
   void run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
                 const backend::TensorRef& out);
+  LargeRows large_rows() const { return large_rows_; }
 
  private:
+  void run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+                 const backend::TensorRef& out);
   void gemm_bf16(const void* w, int64_t lda, const void* x, int64_t n_rows, int64_t t_rows, int64_t k, float* out,
                  int64_t ldc);
   void free_all();
 
   cudaStream_t stream_;
   DeviceMemory& memory_;
+  LargeRows large_rows_ = LargeRows::Exact;
+  int sm_count_ = 1;
   cublasHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   void* w_scratch_ = nullptr;  // bf16 weight rows
   void* x_scratch_ = nullptr;  // bf16 activation rows
-  void* q_scratch_ = nullptr;  // int8 activation rows with their scales and sums (GEMV)
+  void* q_scratch_ = nullptr;  // quantized activation rows of the exact path
 };
 
 }  // namespace cellm::cuda

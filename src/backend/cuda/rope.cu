@@ -1,11 +1,14 @@
-// Rotary position embedding, in place, one block per row. The angle of pair i is
-// pos * freq_scale * theta_scale^i built by repeated multiplication in float, as the CPU
-// kernel (and ggml) do, so angles agree to the bit; sin/cos are the accurate (not fast-math)
-// versions.
+// Rotary position embedding, in place, one block per row. Cos and sin come from the host-built
+// table (rope_table.h: the CPU's bits) for positions it covers; beyond it the angle of pair i
+// is pos * freq_scale * theta_scale^i built by repeated multiplication in float, as the CPU
+// kernel (and ggml) do, with cos/sin evaluated in double and rounded once (the correctly
+// rounded value, which host libms return in most cases). The rotation takes the CPU's float
+// steps, unfused.
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/rope_table.h"
 #include "core/error.h"
 
 namespace cellm::cuda {
@@ -23,16 +26,25 @@ struct RopeArgs {
   float freq_scale;
   float theta_scale;
   bool interleaved;
+  const float2* table;  // [kRopeTablePositions][half] or null
 };
 
 __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
   extern __shared__ float cos_sin[];  // [half][2]
   const int t = blockIdx.x;
+  const int32_t pos = a.positions[t];
+  const bool tabled = a.table != nullptr && pos >= 0 && pos < kRopeTablePositions;
   for (int i = threadIdx.x; i < a.half; i += kThreads) {
-    float theta = static_cast<float>(a.positions[t]) * a.freq_scale;
-    for (int j = 0; j < i; ++j) theta *= a.theta_scale;
-    cos_sin[2 * i] = cosf(theta);
-    cos_sin[2 * i + 1] = sinf(theta);
+    if (tabled) {
+      const float2 cs = a.table[static_cast<size_t>(pos) * a.half + i];
+      cos_sin[2 * i] = cs.x;
+      cos_sin[2 * i + 1] = cs.y;
+    } else {
+      float theta = __fmul_rn(static_cast<float>(pos), a.freq_scale);
+      for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, a.theta_scale);
+      cos_sin[2 * i] = static_cast<float>(cos(static_cast<double>(theta)));
+      cos_sin[2 * i + 1] = static_cast<float>(sin(static_cast<double>(theta)));
+    }
   }
   __syncthreads();
   float* row = a.x + t * a.stride;
@@ -50,7 +62,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
 
 }  // namespace
 
-void launch_rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p, cudaStream_t stream) {
+void launch_rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p, const float2* table,
+                 cudaStream_t stream) {
   if (x.dtype != DType::F32) fail(ErrorCode::Internal, "rope works on f32 rows");
   if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.head_dim || x.cols < int64_t{p.n_heads} * p.head_dim)
     fail(ErrorCode::Internal, "rope: rope_dim ", p.rope_dim, " / head_dim ", p.head_dim, " / heads ", p.n_heads,
@@ -59,7 +72,8 @@ void launch_rope(const TensorRef& x, const int32_t* positions, const backend::Ro
   // Same expression as the CPU kernel, evaluated on the host in float.
   const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dim));
   const RopeArgs args{static_cast<float*>(x.data), x.row_stride / sizeof(float), positions, p.n_heads, p.head_dim,
-                      p.rope_dim / 2, p.freq_scale, theta_scale, p.layout == backend::RopeLayout::Interleaved};
+                      p.rope_dim / 2, p.freq_scale, theta_scale, p.layout == backend::RopeLayout::Interleaved,
+                      table};
   rope_kernel<<<static_cast<unsigned>(x.rows), kThreads, sizeof(float) * p.rope_dim, stream>>>(args);
   check_launch("rope kernel");
 }

@@ -1,157 +1,329 @@
 #pragma once
-// The integer GEMV's view of a quantized weight unit (weight_units.cuh has the layouts and the
-// lane assignment): lane q's eight quants as int8 bytes in two words (elements 0-3 and 4-7 of
-// the lane, as unit_offset orders them), plus the unit's scale and offset, so that
-//     weight i = scale * byte i + offset.
-// Symmetric formats subtract their zero point (Q4_0's 8, Q5_0's 16, Q6_K's 32) byte-wise and
-// have no offset (kHasOffset false); Q4_1, Q5_1, Q4_K and Q5_K keep one offset per unit. The
-// bytes meet int8 activations in __dp4a, four multiply-adds per instruction.
-#include "backend/cuda/weight_units.cuh"
+// The exact integer kernels' view of one quantized weight block: a lane's share of the block
+// as signed int8 words (four values per word, ready for __dp4a), the integer scales that
+// weight its partial dot products, and the block's float factors. The integer results are
+// exact, so any split of a block over lanes gives the CPU's block sums (matmul_kernels.h has
+// the float contract).
+//
+// A block is split over kLanes lanes ("parts"):
+//  - 32-element formats, 2 lanes: part h holds elements [16h, 16h+16) of Q8_0; of the nibble
+//    formats the low nibbles of qs[8h, 8h+8) (elements 8h..8h+7) and their high nibbles
+//    (elements 16+8h..16+8h+7);
+//  - Q4_K/Q5_K, 4 lanes: part j holds sub-blocks 2j and 2j+1 (qs[32j, 32j+32));
+//  - Q6_K, 4 lanes: part j holds, of half h = j/2, the positions l in [16(j%2), 16(j%2)+16)
+//    of its four 32-element quarters (elements 128h + 32k + l, k = 0..3).
+// Blocks are read from shared memory where they sit at their offset in the row, so only the
+// 144- and 176-byte k-quants are 16-byte aligned; the others use the *_align2 readers.
+#include <cuda_fp16.h>
 
-namespace cellm::cuda {
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/matmul_kernels.h"
+#include "gguf/quant_blocks.h"
+
+namespace cellm::cuda::exact {
+
+constexpr uint32_t kLow4 = 0x0f0f0f0fu;
+
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
+}
+
+// 4, 8 or 16 bytes at a 2-byte aligned shared-memory address (reads up to 4 bytes past them).
+__device__ __forceinline__ uint32_t word_align2(const uint8_t* p) {
+  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+  return __funnelshift_r(w[0], w[1], static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 2u) * 8u);
+}
+__device__ __forceinline__ uint2 two_words_align2(const uint8_t* p) {
+  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+  const uint32_t s = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 2u) * 8u;
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
+  return make_uint2(__funnelshift_r(w0, w1, s), __funnelshift_r(w1, w2, s));
+}
+__device__ __forceinline__ void four_words_align2(const uint8_t* p, uint32_t (&out)[4]) {
+  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+  const uint32_t s = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 2u) * 8u;
+  uint32_t v[5];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) v[i] = w[i];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], s);
+}
+__device__ __forceinline__ void four_words_align16(const uint8_t* p, uint32_t (&out)[4]) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+
+// Activation codes (global memory, read through the read-only cache).
+__device__ __forceinline__ void load_codes16(const int8_t* p, int (&a)[4]) {
+  const int4 v = __ldg(reinterpret_cast<const int4*>(p));
+  a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+}
+__device__ __forceinline__ int2 load_codes8(const int8_t* p) { return __ldg(reinterpret_cast<const int2*>(p)); }
 
 // Four 1-bit values (bits 0..3 of x) moved to bit 4 of each byte.
 __device__ __forceinline__ uint32_t spread_fifth_bits(uint32_t x) { return ((x * 0x00204081u) & 0x01010101u) << 4; }
 
-template <class Unit>
-struct QuantBytes;  // defined for the quantized formats only
-
-template <>
-struct QuantBytes<UnitQ8_0> {
-  static constexpr bool kHasOffset = false;
-  __device__ static void decode(const uint8_t* row, int u, int q, uint32_t& lo, uint32_t& hi, float& scale,
-                                float& offset) {
-    const uint8_t* b = row + static_cast<size_t>(u) * sizeof(gguf::BlockQ8_0);
-    const uint8_t* qs = b + offsetof(gguf::BlockQ8_0, qs) + 8 * q;
-    lo = units::u32_align2(qs);
-    hi = units::u32_align2(qs + 4);
-    scale = units::f16_at(b);
-    offset = 0.0f;
-  }
-};
-
-template <>
-struct QuantBytes<UnitQ4_0> {
-  static constexpr bool kHasOffset = false;
-  __device__ static void decode(const uint8_t* row, int u, int q, uint32_t& lo, uint32_t& hi, float& scale,
-                                float& offset) {
-    const uint8_t* b = row + static_cast<size_t>(u) * sizeof(gguf::BlockQ4_0);
-    const uint32_t qs = units::u32_align2(b + offsetof(gguf::BlockQ4_0, qs) + 4 * q);
-    lo = __vsub4(qs & 0x0f0f0f0fu, 0x08080808u);
-    hi = __vsub4((qs >> 4) & 0x0f0f0f0fu, 0x08080808u);
-    scale = units::f16_at(b);
-    offset = 0.0f;
-  }
-};
-
-template <>
-struct QuantBytes<UnitQ4_1> {
-  static constexpr bool kHasOffset = true;
-  __device__ static void decode(const uint8_t* row, int u, int q, uint32_t& lo, uint32_t& hi, float& scale,
-                                float& offset) {
-    const uint8_t* b = row + static_cast<size_t>(u) * sizeof(gguf::BlockQ4_1);
-    const uint32_t qs = units::u32_align4(b + offsetof(gguf::BlockQ4_1, qs) + 4 * q);
-    lo = qs & 0x0f0f0f0fu;
-    hi = (qs >> 4) & 0x0f0f0f0fu;
-    scale = units::f16_at(b);
-    offset = units::f16_at(b + offsetof(gguf::BlockQ4_1, m));
-  }
-};
-
-// Low and high nibbles of a Q5 lane with their fifth bits.
-__device__ __forceinline__ void q5_words(uint32_t qs, uint32_t qh, int q, uint32_t& lo, uint32_t& hi) {
-  lo = (qs & 0x0f0f0f0fu) | spread_fifth_bits((qh >> (4 * q)) & 0xfu);
-  hi = ((qs >> 4) & 0x0f0f0f0fu) | spread_fifth_bits((qh >> (16 + 4 * q)) & 0xfu);
+// w: four consecutive words of a lane's register array (indices known at compile time).
+__device__ __forceinline__ int dot4(const uint32_t* w, const int (&a)[4], int acc) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc = __dp4a(static_cast<int>(w[i]), a[i], acc);
+  return acc;
 }
 
-template <>
-struct QuantBytes<UnitQ5_0> {
-  static constexpr bool kHasOffset = false;
-  __device__ static void decode(const uint8_t* row, int u, int q, uint32_t& lo, uint32_t& hi, float& scale,
-                                float& offset) {
-    const uint8_t* b = row + static_cast<size_t>(u) * sizeof(gguf::BlockQ5_0);
-    q5_words(units::u32_align2(b + offsetof(gguf::BlockQ5_0, qs) + 4 * q),
-             units::u32_align2(b + offsetof(gguf::BlockQ5_0, qh)), q, lo, hi);
-    lo = __vsub4(lo, 0x10101010u);
-    hi = __vsub4(hi, 0x10101010u);
-    scale = units::f16_at(b);
-    offset = 0.0f;
+// ---------------------------------------------------------------------------------------------
+// 32-element formats. Lane(part) = four words; partial(lane, codes of the block) = its share of
+// the block's integer dot product. Factors: d (and m for Q4_1/Q5_1).
+
+template <DType kT>
+struct Block32 {
+  static constexpr DType kType = kT;
+  static constexpr int kLanes = 2;
+  static constexpr int kElems = 32;
+  static constexpr bool kHasMin = kT == DType::Q4_1 || kT == DType::Q5_1;
+  static constexpr ActivationFormat kActivations = kHasMin ? ActivationFormat::Q8_1 : ActivationFormat::Q8_0;
+  static constexpr int kBlockBytes = kT == DType::Q8_0   ? 34
+                                     : kT == DType::Q4_0 ? 18
+                                     : kT == DType::Q4_1 ? 20
+                                     : kT == DType::Q5_0 ? 22
+                                                         : 24;
+  // Byte offsets of qs, qh (-1: none) and m (-1: none) inside the block.
+  static constexpr int kQs = kT == DType::Q8_0 ? 2 : kT == DType::Q4_0 ? 2 : kT == DType::Q4_1 ? 4 : kT == DType::Q5_0 ? 6 : 8;
+  static constexpr int kQh = kT == DType::Q5_0 ? 2 : kT == DType::Q5_1 ? 4 : -1;
+  static constexpr int kMin = kHasMin ? 2 : -1;
+  static constexpr uint32_t kZero = kT == DType::Q4_0 ? 0x08080808u : kT == DType::Q5_0 ? 0x10101010u : 0u;
+
+  struct Lane {
+    uint32_t w[4];
+  };
+
+  __device__ static void lane(const uint8_t* block, int part, Lane& l) {
+    if constexpr (kT == DType::Q8_0) {
+      four_words_align2(block + kQs + 16 * part, l.w);
+    } else {
+      const uint2 qs = two_words_align2(block + kQs + 8 * part);
+      l.w[0] = qs.x & kLow4;  // elements 8h..8h+3
+      l.w[1] = qs.y & kLow4;  // 8h+4..8h+7
+      l.w[2] = (qs.x >> 4) & kLow4;  // 16+8h..
+      l.w[3] = (qs.y >> 4) & kLow4;  // 16+8h+4..
+      if constexpr (kQh >= 0) {
+        const uint32_t qh = word_align2(block + kQh) >> (8 * part);
+        l.w[0] |= spread_fifth_bits(qh & 0xfu);
+        l.w[1] |= spread_fifth_bits((qh >> 4) & 0xfu);
+        l.w[2] |= spread_fifth_bits((qh >> 16) & 0xfu);
+        l.w[3] |= spread_fifth_bits((qh >> 20) & 0xfu);
+      }
+      if constexpr (kZero != 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) l.w[i] = __vsub4(l.w[i], kZero);
+      }
+    }
+  }
+
+  // `codes`: the block's 32 activation codes.
+  __device__ static int partial(const Lane& l, int part, const int8_t* codes) {
+    int a[4];
+    if constexpr (kT == DType::Q8_0) {
+      load_codes16(codes + 16 * part, a);
+    } else {
+      const int2 lo = load_codes8(codes + 8 * part), hi = load_codes8(codes + 16 + 8 * part);
+      a[0] = lo.x, a[1] = lo.y, a[2] = hi.x, a[3] = hi.y;
+    }
+    return dot4(l.w, a, 0);
+  }
+
+  // The lane's words into the block's 32 int8 slots of a tile row (4-byte aligned).
+  __device__ static void store(const Lane& l, int part, int8_t* block_row) {
+    auto* w = reinterpret_cast<uint32_t*>(block_row);
+    if constexpr (kT == DType::Q8_0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[4 * part + i] = l.w[i];
+    } else {
+      w[2 * part] = l.w[0], w[2 * part + 1] = l.w[1], w[4 + 2 * part] = l.w[2], w[4 + 2 * part + 1] = l.w[3];
+    }
+  }
+
+  __device__ static float d(const uint8_t* block) { return half_at(block); }
+  __device__ static float m(const uint8_t* block) {
+    if constexpr (kHasMin) return half_at(block + kMin);
+    return 0.0f;
   }
 };
 
-template <>
-struct QuantBytes<UnitQ5_1> {
-  static constexpr bool kHasOffset = true;
-  __device__ static void decode(const uint8_t* row, int u, int q, uint32_t& lo, uint32_t& hi, float& scale,
-                                float& offset) {
-    const uint8_t* b = row + static_cast<size_t>(u) * sizeof(gguf::BlockQ5_1);
-    q5_words(units::u32_align4(b + offsetof(gguf::BlockQ5_1, qs) + 4 * q),
-             units::u32_align4(b + offsetof(gguf::BlockQ5_1, qh)), q, lo, hi);
-    scale = units::f16_at(b);
-    offset = units::f16_at(b + offsetof(gguf::BlockQ5_1, m));
-  }
+// ---------------------------------------------------------------------------------------------
+// k-quants, four lanes per super-block.
+
+// Packed 6-bit scales and mins of Q4_K/Q5_K (the 12 bytes after d and dmin): bytes s of
+// `scales` / `mins` (s = 0..7) as in gguf/quant_k_scales.h.
+struct KScaleWords {
+  uint32_t scales_lo, scales_hi, mins_lo, mins_hi;
 };
+__device__ __forceinline__ KScaleWords k_scale_words(uint32_t a0, uint32_t a1, uint32_t a2) {
+  return {a0 & 0x3f3f3f3fu, (a2 & kLow4) | ((a0 >> 2) & 0x30303030u), a1 & 0x3f3f3f3fu,
+          ((a2 >> 4) & kLow4) | ((a1 >> 2) & 0x30303030u)};
+}
 
 template <bool kFifthBit>
-__device__ __forceinline__ void k_asymmetric_bytes(const uint8_t* b, int s, int q, uint32_t& lo, uint32_t& hi,
-                                                   float& scale, float& offset) {
-  using Block = std::conditional_t<kFifthBit, gguf::BlockQ5_K, gguf::BlockQ4_K>;
-  int sc, mn;
-  units::k_scale_min(b + offsetof(Block, scales), s, sc, mn);
-  const uint2 qs = units::u64_align8(b + offsetof(Block, qs) + 32 * (s / 2) + 8 * q);
-  const int shift = 4 * (s % 2);
-  lo = (qs.x >> shift) & 0x0f0f0f0fu;
-  hi = (qs.y >> shift) & 0x0f0f0f0fu;
-  if constexpr (kFifthBit) {
-    const uint2 qh = units::u64_align8(b + offsetof(gguf::BlockQ5_K, qh) + 8 * q);
-    lo |= ((qh.x >> s) & 0x01010101u) << 4;
-    hi |= ((qh.y >> s) & 0x01010101u) << 4;
+struct KAsymmetric {  // Q4_K, Q5_K
+  static constexpr DType kType = kFifthBit ? DType::Q5_K : DType::Q4_K;
+  static constexpr int kLanes = 4;
+  static constexpr int kElems = 256;
+  static constexpr bool kHasMin = true;
+  static constexpr ActivationFormat kActivations = ActivationFormat::Q8_K;
+  static constexpr int kBlockBytes = kFifthBit ? 176 : 144;
+  static constexpr int kQs = kFifthBit ? 48 : 16;
+
+  struct Lane {
+    uint32_t lo[8];  // sub-block 2j, elements 64j + 4i ..
+    uint32_t hi[8];  // sub-block 2j+1, elements 64j + 32 + 4i ..
+    int sc0, sc1, m0, m1;
+  };
+
+  __device__ static void lane(const uint8_t* block, int part, Lane& l) {
+    const uint4 head = *reinterpret_cast<const uint4*>(block);
+    const KScaleWords k = k_scale_words(head.y, head.z, head.w);
+    const uint32_t sw = part < 2 ? k.scales_lo : k.scales_hi, mw = part < 2 ? k.mins_lo : k.mins_hi;
+    const int shift = 16 * (part & 1);
+    l.sc0 = static_cast<int>((sw >> shift) & 0xffu), l.sc1 = static_cast<int>((sw >> (shift + 8)) & 0xffu);
+    l.m0 = static_cast<int>((mw >> shift) & 0xffu), l.m1 = static_cast<int>((mw >> (shift + 8)) & 0xffu);
+    uint32_t q[8];
+    const uint4 q0 = *reinterpret_cast<const uint4*>(block + kQs + 32 * part);
+    const uint4 q1 = *reinterpret_cast<const uint4*>(block + kQs + 32 * part + 16);
+    q[0] = q0.x, q[1] = q0.y, q[2] = q0.z, q[3] = q0.w, q[4] = q1.x, q[5] = q1.y, q[6] = q1.z, q[7] = q1.w;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      l.lo[i] = q[i] & kLow4;
+      l.hi[i] = (q[i] >> 4) & kLow4;
+    }
+    if constexpr (kFifthBit) {
+      const uint4 h0 = *reinterpret_cast<const uint4*>(block + 16);
+      const uint4 h1 = *reinterpret_cast<const uint4*>(block + 32);
+      const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        l.lo[i] |= ((h[i] >> (2 * part)) & 0x01010101u) << 4;
+        l.hi[i] |= ((h[i] >> (2 * part + 1)) & 0x01010101u) << 4;
+      }
+    }
   }
-  scale = units::f16_at(b + offsetof(Block, d)) * static_cast<float>(sc);
-  offset = -(units::f16_at(b + offsetof(Block, dmin)) * static_cast<float>(mn));
+
+  // `codes`: the super-block's 256 activation codes; `groups`: its 16 group sums.
+  __device__ static int partial(const Lane& l, int part, const int8_t* codes, const int16_t* groups, int& min_sum) {
+    int a[4];
+    int lo = 0, hi = 0;
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      load_codes16(codes + 64 * part + 16 * c, a);
+      lo = dot4(l.lo + 4 * c, a, lo);
+      load_codes16(codes + 64 * part + 32 + 16 * c, a);
+      hi = dot4(l.hi + 4 * c, a, hi);
+    }
+    const int2 g = __ldg(reinterpret_cast<const int2*>(groups + 4 * part));  // group sums 4j .. 4j+3
+    const int g0 = static_cast<int16_t>(g.x & 0xffff), g1 = g.x >> 16;
+    const int g2 = static_cast<int16_t>(g.y & 0xffff), g3 = g.y >> 16;
+    min_sum = l.m0 * (g0 + g1) + l.m1 * (g2 + g3);
+    return l.sc0 * lo + l.sc1 * hi;
+  }
+
+  // The lane's words into the super-block's 256 int8 slots of a tile row, its scales and mins
+  // into the row's 8 of each.
+  __device__ static void store(const Lane& l, int part, int8_t* row) {
+    auto* w = reinterpret_cast<uint32_t*>(row);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[16 * part + i] = l.lo[i], w[16 * part + 8 + i] = l.hi[i];
+  }
+  __device__ static void store_scales(const Lane& l, int part, int32_t* scales, int32_t* mins) {
+    scales[2 * part] = l.sc0, scales[2 * part + 1] = l.sc1;
+    mins[2 * part] = l.m0, mins[2 * part + 1] = l.m1;
+  }
+
+  __device__ static float d(const uint8_t* block) { return half_at(block); }
+  __device__ static float dmin(const uint8_t* block) { return half_at(block + 2); }
+};
+using KQ4 = KAsymmetric<false>;
+using KQ5 = KAsymmetric<true>;
+
+struct KQ6 {
+  static constexpr DType kType = DType::Q6_K;
+  static constexpr int kLanes = 4;
+  static constexpr int kElems = 256;
+  static constexpr bool kHasMin = false;
+  static constexpr ActivationFormat kActivations = ActivationFormat::Q8_K;
+  static constexpr int kBlockBytes = 210;
+
+  struct Lane {
+    uint32_t v[4][4];  // [quarter k][word i]: elements 128h + 32k + l0 + 4i ..
+    int sc[4];
+  };
+
+  __device__ static void lane(const uint8_t* block, int part, Lane& l) {
+    const int h = part >> 1, l0 = 16 * (part & 1);
+    uint32_t a[4], b[4], c[4];
+    four_words_align2(block + 64 * h + l0, a);                // ql: quarters 0 and 2
+    four_words_align2(block + 64 * h + 32 + l0, b);           // ql: quarters 1 and 3
+    four_words_align2(block + 128 + 32 * h + l0, c);          // qh: two bits per quarter
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      l.v[0][i] = __vsub4((a[i] & kLow4) | ((c[i] & 0x03030303u) << 4), 0x20202020u);
+      l.v[1][i] = __vsub4((b[i] & kLow4) | (((c[i] >> 2) & 0x03030303u) << 4), 0x20202020u);
+      l.v[2][i] = __vsub4(((a[i] >> 4) & kLow4) | (((c[i] >> 4) & 0x03030303u) << 4), 0x20202020u);
+      l.v[3][i] = __vsub4(((b[i] >> 4) & kLow4) | (((c[i] >> 6) & 0x03030303u) << 4), 0x20202020u);
+    }
+    // Scale of elements 128h + 32k + l: scales[8h + 2k + l / 16].
+    const uint2 s = two_words_align2(block + 192 + 8 * h);
+    const uint32_t shift = 8 * (part & 1);
+    l.sc[0] = static_cast<int8_t>(s.x >> shift);
+    l.sc[1] = static_cast<int8_t>(s.x >> (shift + 16));
+    l.sc[2] = static_cast<int8_t>(s.y >> shift);
+    l.sc[3] = static_cast<int8_t>(s.y >> (shift + 16));
+  }
+
+  __device__ static int partial(const Lane& l, int part, const int8_t* codes, const int16_t*, int& min_sum) {
+    const int h = part >> 1, l0 = 16 * (part & 1);
+    int sum = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      int a[4];
+      load_codes16(codes + 128 * h + 32 * k + l0, a);
+      sum += l.sc[k] * dot4(l.v[k], a, 0);
+    }
+    min_sum = 0;
+    return sum;
+  }
+
+  // Words into the super-block's 256 int8 slots of a tile row; scales per group of 16.
+  __device__ static void store(const Lane& l, int part, int8_t* row) {
+    auto* w = reinterpret_cast<uint32_t*>(row);
+    const int h = part >> 1, l0 = 16 * (part & 1);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[(128 * h + 32 * k + l0) / 4 + i] = l.v[k][i];
+  }
+  __device__ static void store_scales(const Lane& l, int part, int32_t* scales, int32_t*) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) scales[8 * (part >> 1) + 2 * k + (part & 1)] = l.sc[k];
+  }
+
+  __device__ static float d(const uint8_t* block) { return half_at(block + 208); }
+  __device__ static float dmin(const uint8_t*) { return 0.0f; }
+};
+
+// Calls fn(Format{}) for a quantized weight type the exact kernels handle; false otherwise.
+template <typename Fn>
+bool visit_exact_format(DType type, Fn&& fn) {
+  switch (type) {
+    case DType::Q8_0: fn(Block32<DType::Q8_0>{}); return true;
+    case DType::Q4_0: fn(Block32<DType::Q4_0>{}); return true;
+    case DType::Q4_1: fn(Block32<DType::Q4_1>{}); return true;
+    case DType::Q5_0: fn(Block32<DType::Q5_0>{}); return true;
+    case DType::Q5_1: fn(Block32<DType::Q5_1>{}); return true;
+    case DType::Q4_K: fn(KQ4{}); return true;
+    case DType::Q5_K: fn(KQ5{}); return true;
+    case DType::Q6_K: fn(KQ6{}); return true;
+    default: return false;
+  }
 }
 
-template <>
-struct QuantBytes<UnitQ4_K> {
-  static constexpr bool kHasOffset = true;
-  __device__ static void decode(const uint8_t* row, int u, int q, uint32_t& lo, uint32_t& hi, float& scale,
-                                float& offset) {
-    k_asymmetric_bytes<false>(row + static_cast<size_t>(u / 8) * sizeof(gguf::BlockQ4_K), u % 8, q, lo, hi, scale,
-                              offset);
-  }
-};
-
-template <>
-struct QuantBytes<UnitQ5_K> {
-  static constexpr bool kHasOffset = true;
-  __device__ static void decode(const uint8_t* row, int u, int q, uint32_t& lo, uint32_t& hi, float& scale,
-                                float& offset) {
-    k_asymmetric_bytes<true>(row + static_cast<size_t>(u / 8) * sizeof(gguf::BlockQ5_K), u % 8, q, lo, hi, scale,
-                             offset);
-  }
-};
-
-template <>
-struct QuantBytes<UnitQ6_K> {
-  static constexpr bool kHasOffset = false;
-  __device__ static void decode(const uint8_t* row, int u, int q, uint32_t& lo, uint32_t& hi, float& scale,
-                                float& offset) {
-    const uint8_t* b = row + static_cast<size_t>(u / 8) * sizeof(gguf::BlockQ6_K);
-    const int s = u % 8;
-    const int half = s / 4, k = s % 4;
-    const uint8_t* ql = b + offsetof(gguf::BlockQ6_K, ql) + 64 * half + 32 * (k & 1) + 8 * q;
-    const uint8_t* qh = b + offsetof(gguf::BlockQ6_K, qh) + 32 * half + 8 * q;
-    const int low_shift = 4 * (k / 2), high_shift = 2 * k;
-    lo = __vsub4(((units::u32_align2(ql) >> low_shift) & 0x0f0f0f0fu) |
-                     (((units::u32_align2(qh) >> high_shift) & 0x03030303u) << 4),
-                 0x20202020u);
-    hi = __vsub4(((units::u32_align2(ql + 4) >> low_shift) & 0x0f0f0f0fu) |
-                     (((units::u32_align2(qh + 4) >> high_shift) & 0x03030303u) << 4),
-                 0x20202020u);
-    const auto sc = static_cast<int8_t>(b[offsetof(gguf::BlockQ6_K, scales) + 8 * half + 2 * k + q / 2]);
-    scale = units::f16_at(b + offsetof(gguf::BlockQ6_K, d)) * static_cast<float>(sc);
-    offset = 0.0f;
-  }
-};
-
-}  // namespace cellm::cuda
+}  // namespace cellm::cuda::exact

@@ -8,24 +8,10 @@
 
 #include "backend/cuda/matmul.h"
 #include "cuda_test_support.h"
+#include "perf_support.h"
 
 namespace cellm::cuda::testing {
 namespace {
-
-bool perf_enabled() {
-  const char* v = std::getenv("CELLM_CUDA_PERF");
-  return v != nullptr && std::string(v) == "1";
-}
-
-std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
-  std::vector<uint8_t> v(n);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < n; i += 8) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
-  }
-  return v;
-}
 
 // Mean milliseconds of fn over `iters` runs after a warm-up, timed with events on the stream.
 template <typename Fn>
@@ -53,10 +39,9 @@ TEST(CudaPerf, MatmulThroughput) {
   for (DType type : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                      DType::BF16}) {
     const size_t bytes = row_bytes(type, K) * N;
-    std::vector<uint8_t> host = random_bytes(bytes, 1);
-    // Keep fp16 scales finite so no kernel takes a slow path on NaN/inf (it would not, but
-    // the figures should not depend on it): zero the top bits of every 16-bit word.
-    for (size_t i = 1; i < host.size(); i += 2) host[i] &= 0x3f;
+    // fp16 scales kept finite so no kernel takes a slow path on NaN/inf (it would not, but the
+    // figures should not depend on it).
+    std::vector<uint8_t> host = random_weight_bytes(bytes, 1);
     const TensorRef placed = gpu.place_weight({host.data(), type, N, K, row_bytes(type, K)}, "perf");
     host.clear();
     host.shrink_to_fit();

@@ -69,8 +69,12 @@ TEST(CudaRowOps, RmsNormMatchesCpuWholeRowsAndGroups) {
     cpu_backend().rms_norm(x.host_ref(), weight.data(), group, 1e-6f, cpu_out.host_ref());
     DeviceBuffer d_x(gpu, x.values), d_w(gpu, weight), d_out(gpu, x.values.size() * sizeof(float));
     gpu.rms_norm(Rows::device_ref(d_x, T, cols), d_w.as<float>(), group, 1e-6f, Rows::device_ref(d_out, T, cols));
-    expect_close(d_out.download<float>(x.values.size()), cpu_out.values, 1e-5f, 1e-6f,
-                 "rms_norm group " + std::to_string(group));
+    // The CPU's operations in the CPU's order: the same bits (a last-bit difference would change
+    // activation codes downstream).
+    EXPECT_EQ(std::memcmp(d_out.download<float>(x.values.size()).data(), cpu_out.values.data(),
+                          x.values.size() * sizeof(float)),
+              0)
+        << "rms_norm group " << group;
   }
 }
 
@@ -88,8 +92,16 @@ TEST(CudaRowOps, AddAndGluMatchCpu) {
   for (auto act : {backend::GluActivation::Silu, backend::GluActivation::GeluTanh}) {
     cpu_backend().glu(a.host_ref(), b.host_ref(), act, cpu_out.host_ref());
     gpu.glu(ga, gb, act, gout);
-    expect_close(d_out.download<float>(a.values.size()), cpu_out.values, 2e-6f, 1e-6f,
-                 act == backend::GluActivation::Silu ? "silu" : "gelu_tanh");
+    const std::vector<float> got = d_out.download<float>(a.values.size());
+    const char* name = act == backend::GluActivation::Silu ? "silu" : "gelu_tanh";
+    expect_close(got, cpu_out.values, 2e-6f, 1e-6f, name);
+    // glibc's expf and tanhf on the device: the CPU's bits where the host libm is glibc.
+    size_t same = 0;
+    for (size_t i = 0; i < got.size(); ++i) same += std::memcmp(&got[i], &cpu_out.values[i], sizeof(float)) == 0;
+    std::printf("[ info ] %s: %zu of %zu outputs bit-identical to the CPU\n", name, same, got.size());
+#if defined(__GLIBC__)
+    EXPECT_EQ(same, got.size()) << name;
+#endif
   }
 }
 
@@ -144,8 +156,11 @@ TEST(CudaRowOps, RopeMatchesCpuInBothLayouts) {
     DeviceBuffer d_x(gpu, x.values);
     cpu_backend().rope(x.host_ref(), positions.data(), c.params);
     gpu.rope(Rows::device_ref(d_x, T, cols), d_pos.as<int32_t>(), c.params);
-    // sin/cos of large angles differ in the last bits between libm and CUDA.
-    expect_close(d_x.download<float>(x.values.size()), x.values, 1e-5f, 2e-6f, c.name);
+    // Positions the host-built table covers rotate with the CPU's bits; beyond it (30000) the
+    // device's sin/cos may differ in the last bit.
+    const std::vector<float> got = d_x.download<float>(x.values.size());
+    expect_close(got, x.values, 1e-5f, 2e-6f, c.name);
+    EXPECT_EQ(std::memcmp(got.data(), x.values.data(), 5 * cols * sizeof(float)), 0) << c.name;
   }
 }
 

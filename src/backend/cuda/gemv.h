@@ -1,0 +1,54 @@
+#pragma once
+// The exact kernels behind launch_exact_matmul (matmul_kernels.h): weight-streaming ones for
+// quantized weights (gemv.cu) and F32/F16/BF16 weights (gemv_float.cu), and a tensor-core one
+// for quantized weights and many activation rows (gemm_exact.cu). The streaming kernels take the
+// activation rows in tiles of up to kGemvTileTokens (grid x) and spread the weight rows over a
+// grid sized to fill the device once (grid y, each warp a contiguous range of rows), so tiles
+// that run side by side share the weights through L2.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/matmul_kernels.h"
+
+namespace cellm::cuda {
+
+inline constexpr int kGemvTileTokens = 8;
+inline constexpr int kGemvWarps = 4;
+inline constexpr int kGemvThreads = 32 * kGemvWarps;
+
+// Token tiles x row ranges: `units` rows (or row groups) over warps of kGemvWarps-warp blocks.
+struct GemvGrid {
+  dim3 grid;
+  int64_t units_per_warp = 1;
+};
+
+// Blocks of `kernel` one multiprocessor holds (callers keep it in a static per instantiation).
+template <typename Kernel>
+int gemv_blocks_per_sm(Kernel kernel) {
+  int blocks = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kGemvThreads, 0), "gemv occupancy");
+  return std::max(blocks, 1);
+}
+
+inline GemvGrid gemv_grid(int blocks_per_sm, int64_t units, int64_t tokens, int tile_tokens, int sm_count) {
+  const int64_t tiles = (tokens + tile_tokens - 1) / tile_tokens;
+  const int64_t wave = std::max<int64_t>(1, int64_t{sm_count} * blocks_per_sm / tiles);
+  const int64_t blocks = std::min<int64_t>((units + kGemvWarps - 1) / kGemvWarps, wave);
+  GemvGrid g;
+  g.units_per_warp = (units + blocks * kGemvWarps - 1) / (blocks * kGemvWarps);
+  const int64_t used = (units + g.units_per_warp * kGemvWarps - 1) / (g.units_per_warp * kGemvWarps);
+  g.grid = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(used));
+  return g;
+}
+
+void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
+                           const TensorRef& out, int sm_count, cudaStream_t stream);
+// The tensor-core kernel for many activation rows (gemm_exact.cu): the same results.
+void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
+                           const TensorRef& out, cudaStream_t stream);
+void launch_gemv_float(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out, int sm_count,
+                       cudaStream_t stream);
+
+}  // namespace cellm::cuda

@@ -1,0 +1,44 @@
+// Which operands the exact kernels take, and the dispatch between them (gemv.h): float weights
+// to the float kernel, quantized weights to the streaming kernel for few rows and to the
+// tensor-core kernel for many; every choice gives the same bits.
+#include <cstdint>
+
+#include "backend/cuda/gemv.h"
+#include "backend/cuda/matmul_kernels.h"
+#include "core/error.h"
+
+namespace cellm::cuda {
+namespace {
+
+// From here on the tensor-core kernel beats streaming the weights: the streaming kernel's time
+// grows with the rows (H200, Q4_K 32768 x 8192: 0.37 ms at 8 rows, 0.75 ms at 16) while the
+// tensor-core kernel's stays near 0.39 ms up to 64.
+constexpr int64_t kExactGemmMinRows = 9;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool float_weights(DType type) { return type == DType::F32 || type == DType::F16 || type == DType::BF16; }
+
+}  // namespace
+
+bool exact_matmul_supported(const TensorRef& x, const TensorRef& w) {
+  ActivationFormat format;
+  const bool known = float_weights(w.dtype) || activation_format_for(w.dtype, format);
+  return known && x.dtype == DType::F32 && x.cols == w.cols && w.cols % 32 == 0 && w.cols <= int64_t{1} << 20 &&
+         aligned16(x.data) && x.row_stride % 16 == 0 && aligned16(w.data) && w.row_stride % 16 == 0 &&
+         w.row_stride >= (row_bytes(w.dtype, w.cols) + 15) / 16 * 16;
+}
+
+void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w, const float* bias,
+                         const TensorRef& out, int sm_count, cudaStream_t stream) {
+  if (!exact_matmul_supported(x, w) || out.rows != x.rows || out.cols != w.rows || out.dtype != DType::F32)
+    fail(ErrorCode::Internal, "exact matmul: unsupported operands (", dtype_name(w.dtype), ", ", x.rows, " x ",
+         x.cols, " by ", w.rows, " x ", w.cols, ")");
+  if (float_weights(w.dtype))
+    launch_gemv_float(x, w, bias, out, sm_count, stream);
+  else if (x.rows >= kExactGemmMinRows)
+    launch_gemm_quantized(q, x.rows, w, bias, out, stream);
+  else
+    launch_gemv_quantized(q, x.rows, w, bias, out, sm_count, stream);
+}
+
+}  // namespace cellm::cuda

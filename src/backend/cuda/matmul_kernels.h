@@ -1,0 +1,65 @@
+#pragma once
+// Host-side launchers of the exact matrix-product kernels (matmul.cpp chooses between them).
+// "Exact" means: the same integer and float operations, in the same order, as the CPU's
+// AVX-512 matmul (backend/cpu/matmul_avx512.cpp states that contract), so a GPU output differs
+// from the CPU's by nothing at all on such CPUs and by float summation order elsewhere:
+//  - activations quantized by llama.cpp's rules into the format the weight type pairs with
+//    (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the k-quants), bit for bit as
+//    backend/cpu/quant_activations.cpp does;
+//  - per block an exact integer dot product, then per output one fixed sequence of fused
+//    multiply-adds: 32-element formats: acc[b % 4] = fma(float(isum_b), d_w * d_a, acc[b % 4])
+//    (then fma(m_w, s_a, ...) for Q4_1/Q5_1), out = (acc0 + acc1) + (acc2 + acc3);
+//    k-quants: acc = fma(float(isum_b), d_w * d_a, acc), then fma(float(minsum_b),
+//    dmin_w * -d_a, acc) for Q4_K/Q5_K;
+//  - F32/F16/BF16 weights: f32 activations, 16 running sums (element k to sum k % 16) reduced
+//    by the fixed tree of _mm512_reduce_add_ps.
+// The sequence of an output never depends on how many rows share the launch or how the work is
+// tiled, so a row's result is bit-identical alone or in any batch.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/ops.h"
+
+namespace cellm::cuda {
+
+using backend::TensorRef;
+
+enum class ActivationFormat { Q8_0, Q8_1, Q8_K };
+
+// The activation format a quantized weight type multiplies; false for F32/F16/BF16 weights
+// and for types the exact kernels do not handle.
+bool activation_format_for(DType weight, ActivationFormat& format);
+int activation_block_elems(ActivationFormat format);  // 32 or 256
+
+// Quantized activation rows on the device. Row t: codes[t * row_stride + k]; block b's scale
+// scales[t * (K / block) + b]; Q8_1 block sums sums[t * (K / 32) + b] (fp16(d * sum(codes))
+// widened); Q8_K sums of 16 consecutive codes group_sums[t * (K / 16) + g].
+struct QuantizedActivations {
+  int8_t* codes = nullptr;
+  float* scales = nullptr;
+  float* sums = nullptr;
+  int16_t* group_sums = nullptr;
+  int64_t row_stride = 0;  // bytes, a multiple of 16
+};
+
+// Device bytes a QuantizedActivations of `rows` x `cols` needs, and the carving of `base`.
+size_t quantized_activation_bytes(int64_t rows, int64_t cols);
+QuantizedActivations carve_quantized_activations(void* base, int64_t rows, int64_t cols);
+
+// Quantizes the f32 rows of x (cols a multiple of the format's block) into q.
+void launch_quantize_activations(const TensorRef& x, ActivationFormat format, const QuantizedActivations& q,
+                                 cudaStream_t stream);
+
+// Whether the exact kernels take these operands: f32 activations with 16-byte aligned rows,
+// a weight type they know with whole 32-element blocks per row, 16-byte aligned weight rows.
+bool exact_matmul_supported(const TensorRef& x, const TensorRef& w);
+
+// out = x . w^T (+ bias) for any number of rows. Quantized weights read the activations from
+// `q`, which must hold x quantized in w's activation format (launch_quantize_activations);
+// F32/F16/BF16 weights read x. `sm_count` sizes the grid.
+void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w, const float* bias,
+                         const TensorRef& out, int sm_count, cudaStream_t stream);
+
+}  // namespace cellm::cuda

@@ -1,0 +1,96 @@
+// Throughput of the default (exact) matrix product at the shapes of Llama-3-8B decode and
+// prefill (run with CELLM_CUDA_PERF=1). Prints weight bandwidth and integer/float op rates;
+// asserts nothing about time. Weights are random bytes (fp16 fields kept finite) and rotate
+// over enough copies that every launch streams them from device memory, not from L2.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "backend/cuda/matmul.h"
+#include "cuda_test_support.h"
+#include "perf_support.h"
+
+namespace cellm::cuda::testing {
+namespace {
+
+// Median milliseconds of one call over several timed batches, after a warm-up.
+template <typename Fn>
+double median_ms(CudaBackend& gpu, Fn&& fn) {
+  fn();
+  gpu.synchronize();
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  auto batch = [&](int iters) {
+    cudaEventRecord(start, gpu.stream());
+    for (int i = 0; i < iters; ++i) fn();
+    cudaEventRecord(stop, gpu.stream());
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    return static_cast<double>(ms) / iters;
+  };
+  const double first = batch(3);
+  const int iters = static_cast<int>(std::clamp(8.0 / std::max(first, 1e-3), 3.0, 500.0));
+  std::vector<double> runs;
+  for (int r = 0; r < 5; ++r) runs.push_back(batch(iters));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
+}
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+void measure(CudaBackend& gpu, DType type, const Shape& s, const std::vector<int64_t>& row_counts) {
+  const size_t stride = (row_bytes(type, s.k) + 15) / 16 * 16;
+  const size_t bytes = stride * static_cast<size_t>(s.n);
+  const size_t copies = std::max<size_t>(1, (size_t{320} << 20) / bytes + 1);  // several times the L2
+  std::vector<uint8_t> host = random_weight_bytes(row_bytes(type, s.k) * static_cast<size_t>(s.n), 7);
+  std::vector<TensorRef> w;
+  w.push_back(gpu.place_weight({host.data(), type, s.n, s.k, row_bytes(type, s.k)}, "perf"));
+  for (size_t c = 1; c < copies; ++c) {
+    TensorRef copy = w[0];
+    copy.data = gpu.allocate(bytes, "perf copy");
+    cudaMemcpyAsync(copy.data, w[0].data, bytes, cudaMemcpyDeviceToDevice, gpu.stream());
+    w.push_back(copy);
+  }
+  for (int64_t T : row_counts) {
+    const Rows x = random_rows(T, s.k, 5);
+    DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * s.n) * sizeof(float));
+    const TensorRef gx = Rows::device_ref(d_x, T, s.k), gout = Rows::device_ref(d_out, T, s.n);
+    size_t next = 0;
+    const double ms = median_ms(gpu, [&] {
+      gpu.matmul(gx, w[next], nullptr, gout);
+      next = (next + 1) % w.size();
+    });
+    std::printf("[ perf ] %-5s %-12s N=%-6lld K=%-5lld T=%-4lld %9.4f ms  weights %6.2f TB/s  %7.1f TOPS\n",
+                std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.n),
+                static_cast<long long>(s.k), static_cast<long long>(T), ms, bytes / ms / 1e9,
+                2.0 * T * s.n * s.k / ms / 1e9);
+  }
+  for (size_t c = 1; c < w.size(); ++c) gpu.release(w[c].data);
+  gpu.release(w[0].data);
+}
+
+TEST(CudaMatmulPerf, Llama3_8BShapes) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const Shape shapes[] = {{"attn q/o", 4096, 4096}, {"ffn up/gate", 14336, 4096}, {"ffn down", 4096, 14336},
+                          {"output", 128256, 4096}};
+  for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q8_0, DType::Q4_0})
+    for (const Shape& s : shapes) measure(gpu, type, s, {1, 8});
+  // Batched decode and prefill at one shape.
+  measure(gpu, DType::Q4_K, shapes[1], {2, 4, 16, 64, 512});
+  measure(gpu, DType::BF16, shapes[0], {1, 8});
+  // The shape of the older throughput test (CudaPerf.MatmulThroughput), for comparison.
+  for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0})
+    measure(gpu, type, {"legacy", 32768, 8192}, {1});
+}
+
+}  // namespace
+}  // namespace cellm::cuda::testing

@@ -1,0 +1,102 @@
+#pragma once
+// A runner over a tiny random model on the CPU whose KV storage can refuse to grow
+// (faulty_backend.h), the results it delivers, and what each request yields alone on a
+// fault-free engine: the shared parts of the fault-injection tests.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "batching/faulty_backend.h"
+#include "batching/runner.h"
+#include "common/tiny_models.h"
+#include "gguf/file.h"
+#include "runtime/executor.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cellm::test {
+
+struct FaultEngine {
+  explicit FaultEngine(batching::RunnerOptions ro = {}, int64_t initial_rows = 64, int32_t max_write = 32)
+      : file(gguf::File::open(tiny_model("tiny-llama"))),
+        tokenizer(tokenizer::Tokenizer::from_gguf(*file)),
+        backend(2),
+        executor(backend, *file, options(initial_rows, max_write)),
+        runner(executor, *tokenizer, ro) {}
+  static runtime::ExecutorOptions options(int64_t initial_rows, int32_t max_write) {
+    runtime::ExecutorOptions o;
+    o.max_write = max_write;
+    o.max_decode_batch = 16;
+    o.cache.page_cells = 4;
+    o.cache.initial_rows = initial_rows;
+    return o;
+  }
+  kv::FaultyStorage& storage() { return *backend.storage(); }
+
+  std::unique_ptr<gguf::File> file;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  FaultyBackend backend;
+  runtime::Executor executor;
+  batching::Runner runner;
+};
+
+// Collects finished generations by id.
+class Results {
+ public:
+  batching::GenerationCallbacks callbacks() {
+    batching::GenerationCallbacks cb;
+    cb.on_finish = [this](const batching::GenerationResult& r) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_[r.id] = r;
+      cv_.notify_all();
+    };
+    return cb;
+  }
+  // Fails (instead of hanging) when the generation does not end within `limit`: a runner that
+  // livelocks on a fault must fail its test, not the CI job's time limit.
+  batching::GenerationResult wait(batching::GenerationId id, std::chrono::seconds limit = std::chrono::seconds(60)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, limit, [&] { return done_.count(id) > 0; })) {
+      ADD_FAILURE() << "generation " << id << " did not end within " << limit.count() << " s";
+      return {};
+    }
+    return done_[id];
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<batching::GenerationId, batching::GenerationResult> done_;
+};
+
+// Polls `done` for up to `limit` (for what the engine thread does without a caller waiting).
+template <class Predicate>
+bool eventually(Predicate done, std::chrono::seconds limit = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A prompt of `len` tokens (distinct per salt) run to exactly `max_tokens` tokens.
+inline batching::GenerationRequest fault_request(int salt, int len, int max_tokens) {
+  batching::GenerationRequest r;
+  for (int i = 0; i < len; ++i) r.prompt.push_back(33 + (i * 7 + salt * 13) % 90);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;  // random weights: run to max_tokens
+  return r;
+}
+
+// The tokens `r` yields alone on an engine without faults.
+inline std::vector<int32_t> solo_tokens(const batching::GenerationRequest& r) {
+  FaultEngine e;
+  Results res;
+  return res.wait(e.runner.submit(r, res.callbacks())).tokens;
+}
+
+}  // namespace cellm::test
