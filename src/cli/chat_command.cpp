@@ -10,6 +10,7 @@
 #include "batching/engine.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/stdout_stream.h"
 #include "core/log.h"
 
 namespace cellm::cli {
@@ -51,12 +52,7 @@ int run_chat(const ChatFlags& flags) {
     request.keep_cache = true;
     request.resume_from = previous;
     std::promise<batching::GenerationResult> done;
-    batching::GenerationCallbacks callbacks;
-    callbacks.on_token = [](batching::GenerationId, int32_t, const std::string& text) {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-    };
-    callbacks.on_finish = [&done](const batching::GenerationResult& r) { done.set_value(r); };
+    batching::GenerationCallbacks callbacks = stream_to_stdout(done);
     try {
       previous = engine.runner().submit(std::move(request), std::move(callbacks));
     } catch (const Error& e) {

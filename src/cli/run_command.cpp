@@ -6,6 +6,7 @@
 #include "batching/engine.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/stdout_stream.h"
 #include "core/log.h"
 
 namespace cellm::cli {
@@ -30,12 +31,7 @@ int run(const RunFlags& flags) {
   request.max_tokens = flags.n_predict;
   request.ignore_eos = flags.ignore_eos;
   std::promise<batching::GenerationResult> done;
-  batching::GenerationCallbacks callbacks;
-  callbacks.on_token = [](batching::GenerationId, int32_t, const std::string& text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  };
-  callbacks.on_finish = [&done](const batching::GenerationResult& r) { done.set_value(r); };
+  batching::GenerationCallbacks callbacks = stream_to_stdout(done);
   engine.runner().submit(std::move(request), std::move(callbacks));
   const batching::GenerationResult r = done.get_future().get();
   std::printf("\n");

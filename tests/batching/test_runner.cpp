@@ -84,6 +84,25 @@ std::vector<int32_t> alone(const std::string& preset, const GenerationRequest& r
   return res.wait(e.runner.submit(r, res.callbacks())).tokens;
 }
 
+// Waits for every generation: one that ended cancelled must be among those cancelled; every
+// other must run to its length with the tokens `expected(i)` gives. Returns how many compared.
+template <typename Expected>
+int expect_solo_tokens_unless_cancelled(Results& res, const std::vector<GenerationId>& ids,
+                                         const std::vector<bool>& cancelled, Expected expected) {
+  int compared = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const GenerationResult r = res.wait(ids[i]);
+    if (r.finish_reason == FinishReason::Cancelled) {
+      EXPECT_TRUE(cancelled[i]) << "generation " << i;
+      continue;
+    }
+    EXPECT_EQ(r.finish_reason, FinishReason::Length) << "generation " << i << ": " << r.error;
+    EXPECT_EQ(r.tokens, expected(i)) << "generation " << i;
+    ++compared;
+  }
+  return compared;
+}
+
 TEST(Runner, BatchedGenerationsEqualTheirSoloRuns) {
   Engine e("tiny-llama", {.max_sessions = 8, .max_step_tokens = 12});
   Results res;
@@ -166,17 +185,8 @@ TEST(Runner, StressWithPreemptionAndCancellations) {
     e.runner.cancel(ids[i]);
     cancelled[i] = true;
   }
-  int compared = 0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const GenerationResult r = res.wait(ids[i]);
-    if (r.finish_reason == FinishReason::Cancelled) {
-      EXPECT_TRUE(cancelled[i]);
-      continue;
-    }
-    ASSERT_EQ(r.finish_reason, FinishReason::Length) << r.error;
-    EXPECT_EQ(r.tokens, alone("tiny-llama", reqs[i])) << "generation " << i;
-    ++compared;
-  }
+  const int compared =
+      expect_solo_tokens_unless_cancelled(res, ids, cancelled, [&](size_t i) { return alone("tiny-llama", reqs[i]); });
   e.runner.wait_idle();
   const EngineMetrics m = e.runner.metrics();
   EXPECT_GE(compared, 18);
@@ -323,17 +333,7 @@ TEST_F(DefaultModelRunner, StressOf64SessionsWithASmallPool) {
       e.runner.cancel(ids[i]);
       cancelled[i] = true;
     }
-  int compared = 0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const GenerationResult r = res.wait(ids[i]);
-    if (r.finish_reason == FinishReason::Cancelled) {
-      EXPECT_TRUE(cancelled[i]);
-      continue;
-    }
-    ASSERT_EQ(r.finish_reason, FinishReason::Length) << r.error;
-    EXPECT_EQ(r.tokens, solo(reqs[i])) << "generation " << i;
-    ++compared;
-  }
+  const int compared = expect_solo_tokens_unless_cancelled(res, ids, cancelled, [&](size_t i) { return solo(reqs[i]); });
   e.runner.wait_idle();
   const EngineMetrics m = e.runner.metrics();
   EXPECT_GE(compared, 40);
