@@ -85,7 +85,7 @@ void CudaBackend::free_all() {
 std::string CudaBackend::description() const {
   std::ostringstream out;
   out << "cuda (" << device_name_ << ", sm_" << sm_major_ << sm_minor_ << ", " << sm_count_ << " SMs, KV growth "
-      << kv_growth_name(kv_growth_) << ")";
+      << kv_growth_name(kv_growth_) << ", attention " << (exact_attention_ ? "exact" : "split") << ")";
   return out.str();
 }
 
