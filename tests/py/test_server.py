@@ -255,13 +255,22 @@ def test_a_full_queue_gets_429_with_retry_after(strict_server):
     # As many tokens as the context allows, so the running generation is still running when the
     # third request comes (300 tokens took less than the metric polls on a busy CI machine).
     body = json.dumps({"messages": [{"role": "user", "content": STORY}], "max_tokens": CONTEXT - 40, "temperature": 0})
+    before = strict_server.metrics()
+    submitted, finished = before["cellm_generations_submitted_total"], before["cellm_generations_finished_total"]
     running, waiting = strict_server.connection(), strict_server.connection()
     running.request("POST", "/v1/chat/completions", body, auth)
+    strict_server.wait_for_metric("cellm_generations_submitted_total", lambda v: v == submitted + 1)
     strict_server.wait_for_metric("cellm_sessions_running", lambda v: v == 1)
     waiting.request("POST", "/v1/chat/completions", body, auth)
+    strict_server.wait_for_metric("cellm_generations_submitted_total", lambda v: v == submitted + 2)
+    # Both are ours (the gauges were not left over from the previous test's generation): one runs,
+    # one waits, neither has ended.
     strict_server.wait_for_metric("cellm_sessions_waiting", lambda v: v == 1)
+    state = strict_server.metrics()
+    assert (state["cellm_sessions_running"], state["cellm_generations_finished_total"]) == (1, finished), state
     status, headers, text = strict_server.request("POST", "/v1/chat/completions", body, auth)
-    assert status == 429 and int(headers["Retry-After"]) >= 1, text
+    after = {k: v for k, v in strict_server.metrics().items() if k.startswith(("cellm_sessions", "cellm_generations"))}
+    assert status == 429 and int(headers["Retry-After"]) >= 1, (text[:200], after)
     assert json.loads(text)["error"]["code"] == "queue_full"
     for conn in (running, waiting):  # leave: both generations are cancelled
         conn.sock.close()
