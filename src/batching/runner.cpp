@@ -72,7 +72,10 @@ GenerationId Runner::submit(GenerationRequest request, GenerationCallbacks callb
     reject(e.code(), e.what());
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  if (static_cast<int64_t>(submitted_.size() + waiting_size_unlocked()) >= options_.max_waiting) {
+  // Counted at submission, not from the engine's last published queue length: generations
+  // submitted together while the engine is busy are all counted, and one that will start at once
+  // (a session is free) is not refused as if it had to wait.
+  if (unfinished_ >= static_cast<int64_t>(options_.max_sessions) + options_.max_waiting) {
     ++rejected_count_;
     lock.unlock();
     fail(ErrorCode::LimitExceeded, "the waiting queue is full (", options_.max_waiting, " generations)");
@@ -80,6 +83,7 @@ GenerationId Runner::submit(GenerationRequest request, GenerationCallbacks callb
   const GenerationId id = next_id_++;
   submitted_.push_back(std::make_unique<Session>(id, std::move(request), std::move(callbacks), tokenizer_));
   ++submitted_count_;
+  ++unfinished_;
   busy_ = true;
   lock.unlock();
   wake_.notify_all();
@@ -126,8 +130,6 @@ void Runner::set_sample_hook(std::function<void(GenerationId)> hook) {
   sample_hook_ = std::move(hook);
 }
 
-size_t Runner::waiting_size_unlocked() const { return waiting_count_; }
-
 void Runner::publish_metrics() {
   metrics_.running = static_cast<int64_t>(running_.size());
   metrics_.waiting = static_cast<int64_t>(waiting_.size());
@@ -135,7 +137,6 @@ void Runner::publish_metrics() {
   metrics_.graphs = executor_.stats().graphs;
   std::lock_guard<std::mutex> lock(mutex_);
   snapshot_ = metrics_;
-  waiting_count_ = waiting_.size();
 }
 
 void Runner::loop() {
@@ -452,6 +453,10 @@ void Runner::emit_token(Session& s, int32_t token) {
 void Runner::finish(Session& s, FinishReason reason, const std::string& error) {
   if (s.finished) return;
   s.finished = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --unfinished_;
+  }
   if (s.in_cache()) {
     growth_refused_ = false;  // cells come back (or stay parked, evictable): growth may work now
     if (s.request.keep_cache && (reason == FinishReason::Stop || reason == FinishReason::Length)) {

@@ -29,7 +29,7 @@ namespace cellm::batching {
 
 struct RunnerOptions {
   int32_t max_sessions = 16;        // generations in the cache at once
-  int32_t max_waiting = 1024;       // queued generations beyond which submit() refuses
+  int32_t max_waiting = 1024;       // generations that may wait for a session; submit() refuses more
   int32_t max_step_tokens = 0;      // tokens per forward; 0 = the executor's max_write
   int32_t context_length = 0;       // tokens per session (prompt + output); 0 = the model's
 };
@@ -77,7 +77,6 @@ class Runner {
   void drop_finished();
   void publish_metrics();  // copies metrics_ to snapshot_
   std::vector<kv::Demand> demands_of(const StepPlan& plan) const;
-  size_t waiting_size_unlocked() const;
 
   runtime::Executor& executor_;
   const tokenizer::Tokenizer& tokenizer_;
@@ -97,7 +96,7 @@ class Runner {
   std::function<void(int64_t)> step_hook_copy_;  // engine thread's copy
   std::function<void(GenerationId)> sample_hook_;
   std::function<void(GenerationId)> sample_hook_copy_;  // engine thread's copy
-  size_t waiting_count_ = 0;                     // waiting_.size() as of the last publish, under mutex_
+  int64_t unfinished_ = 0;                       // accepted generations not finished yet, under mutex_
 
   // Engine-thread state.
   std::deque<std::unique_ptr<Session>> waiting_;

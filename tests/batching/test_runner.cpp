@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <map>
 #include <mutex>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "batching/runner.h"
@@ -233,6 +236,41 @@ TEST(Runner, RefusesBadRequestsAtSubmit) {
   bad.sampling.top_p = 0;
   EXPECT_THROW(e.runner.submit(bad, res.callbacks()), Error);
   EXPECT_EQ(e.runner.metrics().rejected, 3);
+}
+
+TEST(Runner, QueueBoundCountsEveryAcceptedGenerationAtOnce) {
+  // Two sessions, one waiting place. The engine is held inside the forward of a first
+  // generation, so it neither moves new submissions to its queue nor publishes anything: the
+  // bound must still count what was accepted. One more runs beside the first, one waits; a
+  // fourth is refused.
+  Engine e("tiny-llama", {.max_sessions = 2, .max_waiting = 1});
+  std::atomic<bool> hold{true}, entered{false};
+  e.runner.set_step_hook([&](int64_t) {
+    entered = true;
+    while (hold.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  Results res;
+  std::vector<GenerationId> ids = {e.runner.submit(request(0, 5, 8), res.callbacks())};
+  while (!entered.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto accepted = [&](int salt) {
+    try {
+      ids.push_back(e.runner.submit(request(salt, 5, 8), res.callbacks()));
+      return true;
+    } catch (const Error& err) {
+      EXPECT_EQ(err.code(), ErrorCode::LimitExceeded) << err.what();
+      return false;
+    }
+  };
+  EXPECT_TRUE(accepted(1)) << "refused although a session is free";
+  EXPECT_TRUE(accepted(2)) << "refused although the waiting place is free";
+  EXPECT_FALSE(accepted(3)) << "accepted with two sessions and one waiting place taken";
+  hold = false;
+  for (GenerationId id : ids) EXPECT_EQ(res.wait(id).finish_reason, FinishReason::Length);
+  // All ended: the places are free again.
+  EXPECT_EQ(res.wait(e.runner.submit(request(3, 5, 8), res.callbacks())).finish_reason, FinishReason::Length);
+  e.runner.wait_idle();
+  EXPECT_EQ(e.runner.metrics().rejected, 1);
+  EXPECT_EQ(e.runner.metrics().kv.live_cells, 0);
 }
 
 // The same properties on the real default model (issue #6's acceptance runs on SmolLM2).
