@@ -3,6 +3,11 @@
 // no other sequence moves, and every other generation ends with the tokens it has alone.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+
 #include "batching/cache_recorder.h"
 #include "batching/fault_engine.h"
 #include "core/error.h"
@@ -25,15 +30,30 @@ TEST(FaultForward, AForwardFailingAfterPrepareAdvancesNothingAndLeaksNothing) {
   const int64_t parked_cells = e.runner.metrics().kv.live_cells;
   ASSERT_GT(parked_cells, 0);
 
-  int forwards = 0;
-  e.executor.set_fault_hook([&forwards] {  // set while the engine thread is idle
-    if (++forwards == 4) throw Error(ErrorCode::Internal, "injected forward failure");
+  // The forward to fail is chosen by what it holds, not by its number (how submissions fall
+  // into the first forwards depends on thread timing): the first forward after both running
+  // generations have a token. With two session slots the third is still waiting then, and
+  // neither running one can have finished (each needs 6 tokens; the second has its first by
+  // the third forward). Both hooks run on the engine thread and are set while it is idle.
+  std::set<GenerationId> sampled;
+  bool injected = false;
+  e.runner.set_sample_hook([&sampled](GenerationId id) { sampled.insert(id); });
+  e.executor.set_fault_hook([&sampled, &injected] {
+    if (injected || sampled.size() < 2) return;
+    injected = true;
+    throw Error(ErrorCode::Internal, "injected forward failure");
   });
+  // The first forward waits until all three are submitted: otherwise the first generation
+  // can finish alone before the others arrive, and the failing forward is the last one.
+  std::atomic<bool> all_submitted{false};
   test::CacheRecorder recorder;
-  recorder.install(e.runner, e.executor.cache());
+  recorder.install(e.runner, e.executor.cache(), [&all_submitted](int64_t) {
+    while (!all_submitted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
   std::vector<GenerationRequest> reqs = {fault_request(1, 5, 6), fault_request(2, 11, 6), fault_request(3, 4, 6)};
   std::vector<GenerationId> ids;
   for (const auto& r : reqs) ids.push_back(e.runner.submit(r, res.callbacks()));
+  all_submitted = true;
   int failed = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     const GenerationResult r = res.wait(ids[i]);
