@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/ops.h"
@@ -45,6 +46,11 @@ class Backend {
   // process holds its weights once); device backends copy once, and may repack the blocks
   // into a layout of their own (the returned view keeps the dtype and shape).
   virtual TensorRef place_weight(const TensorRef& host_weight, const std::string& name) = 0;
+  // Places one weight made of several host tensors of one dtype and width, their rows one
+  // after the other (q/k/v or gate/up stacked so one matmul computes them all). A backend that
+  // copies weights joins them (place_joined_copy below); one that computes from host memory
+  // uses the parts where they are (see TensorRef::parts).
+  virtual TensorRef place_stacked_weight(std::span<const TensorRef> host_parts, const std::string& name) = 0;
   virtual std::unique_ptr<kv::KvStorage> create_kv_storage(size_t bytes_per_row) = 0;
   virtual MemoryStats memory_stats() const = 0;
 
@@ -83,5 +89,10 @@ class Backend {
   virtual void begin_capture();
   virtual std::unique_ptr<Graph> end_capture();
 };
+
+// place_stacked_weight for a backend whose place_weight copies: joins the parts in a host
+// buffer that lives for this call only and places that. Fails (Internal) if the placed weight
+// still points into that buffer, which would dangle.
+TensorRef place_joined_copy(Backend& backend, std::span<const TensorRef> host_parts, const std::string& name);
 
 }  // namespace cellm::backend

@@ -11,12 +11,19 @@ namespace cellm::backend {
 // A 2-D view: `rows` rows of `cols` elements, rows `row_stride` bytes apart. Activations are
 // [tokens, features]; a weight matrix is [outputs, inputs] as GGUF stores it (one row per
 // output). `data` is a device address on device backends.
+//
+// A weight may instead lie in several places (stacked projections that a backend computes
+// from where the file maps them, see Backend::place_stacked_weight): then `parts` lists
+// `part_count` views of one dtype and width whose rows, in order, are this weight's rows, and
+// `data` is null. Only matmul takes such a weight, and only on the backend that made it.
 struct TensorRef {
   void* data = nullptr;
   DType dtype = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_stride = 0;
+  const TensorRef* parts = nullptr;
+  int32_t part_count = 0;
 
   template <typename T>
   T* row(int64_t r) const {

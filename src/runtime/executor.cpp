@@ -91,20 +91,14 @@ void Executor::place_weights(const gguf::File& file, const Program& program) {
       weights_bytes_ += t.bytes;
       continue;
     }
-    // Stacked projections: the parts' rows one after the other in a staging buffer. A backend
-    // that computes from host memory keeps using it; one that copied it elsewhere lets it go.
-    const size_t row = row_bytes(v.dtype, v.cols);
-    auto staging = std::make_unique<StagedWeight>(row * static_cast<size_t>(v.rows));
-    size_t at = 0;
+    // Stacked projections: the backend decides whether to join the parts or use them in place.
+    std::vector<backend::TensorRef> parts;
     for (const std::string& part : v.parts) {
       const gguf::TensorInfo& t = file.tensor(part);
-      std::memcpy(staging->data() + at, t.data, t.bytes);
-      at += t.bytes;
+      parts.push_back({const_cast<uint8_t*>(t.data), t.type, t.rows(), v.cols, row_bytes(t.type, v.cols)});
+      weights_bytes_ += t.bytes;
     }
-    const backend::TensorRef host{staging->data(), v.dtype, v.rows, v.cols, row};
-    weights_[id] = backend_.place_weight(host, v.name);
-    weights_bytes_ += at;
-    if (weights_[id].data == staging->data()) staged_weights_.push_back(std::move(staging));
+    weights_[id] = backend_.place_stacked_weight(parts, v.name);
   }
   // Every program must name the same weights at the same ids (the builder is deterministic).
   for (const Program& p : decode_)

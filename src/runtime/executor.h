@@ -23,7 +23,6 @@
 #include "model/config.h"
 #include "model/program.h"
 #include "runtime/graph_manager.h"
-#include "runtime/staged_weight.h"
 
 namespace cellm::runtime {
 
@@ -119,7 +118,6 @@ class Executor {
   std::vector<model::Program> decode_;  // one per bucket, ascending
   std::unique_ptr<kv::CellCache> cache_;
   std::vector<backend::TensorRef> weights_;  // by ValueId (same ids in every program)
-  std::vector<std::unique_ptr<StagedWeight>> staged_weights_;  // stacked weights computed from in place
   size_t weights_bytes_ = 0;
   std::unique_ptr<GraphManager> graphs_;
 

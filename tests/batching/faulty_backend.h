@@ -28,6 +28,9 @@ class FaultyBackend final : public backend::Backend {
   void upload(void* dst, const void* src, size_t bytes) override { cpu_.upload(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { cpu_.download(dst, src, bytes); }
   TensorRef place_weight(const TensorRef& w, const std::string& name) override { return cpu_.place_weight(w, name); }
+  TensorRef place_stacked_weight(std::span<const TensorRef> parts, const std::string& name) override {
+    return cpu_.place_stacked_weight(parts, name);
+  }
   backend::MemoryStats memory_stats() const override { return cpu_.memory_stats(); }
   void embed(const TensorRef& table, const int32_t* tokens, float scale, const TensorRef& out) override {
     cpu_.embed(table, tokens, scale, out);

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -52,6 +53,22 @@ void CpuBackend::download(void* host_dst, const void* src, size_t bytes) { std::
 
 backend::TensorRef CpuBackend::place_weight(const TensorRef& host_weight, const std::string&) { return host_weight; }
 
+backend::TensorRef CpuBackend::place_stacked_weight(std::span<const TensorRef> host_parts, const std::string& name) {
+  if (host_parts.empty() || host_parts.size() > kMostStackedParts)
+    fail(ErrorCode::Internal, "stacked weight '", name, "' of ", host_parts.size(), " parts (1 to ", kMostStackedParts,
+         " are supported)");
+  TensorRef placed{nullptr, host_parts.front().dtype, 0, host_parts.front().cols, 0};
+  for (const TensorRef& part : host_parts) {
+    if (part.dtype != placed.dtype || part.cols != placed.cols || part.parts != nullptr)
+      fail(ErrorCode::Internal, "stacked weight '", name, "': parts differ in type or width");
+    placed.rows += part.rows;
+  }
+  const std::vector<TensorRef>& parts = stacked_parts_.emplace_back(host_parts.begin(), host_parts.end());
+  placed.parts = parts.data();
+  placed.part_count = static_cast<int32_t>(parts.size());
+  return placed;
+}
+
 std::unique_ptr<kv::KvStorage> CpuBackend::create_kv_storage(size_t bytes_per_row) {
   return std::make_unique<kv::HostStorage>(bytes_per_row);
 }
@@ -72,10 +89,15 @@ void CpuBackend::rms_norm(const TensorRef& x, const float* weight, int32_t group
 }
 
 void CpuBackend::matmul(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) {
-  const WeightMatrix weights{w.dtype, w.data, w.rows, w.cols, w.row_stride};
-  cpu::matmul(pool_, weights, static_cast<const float*>(x.data), static_cast<int64_t>(x.row_stride / sizeof(float)),
-              x.rows, static_cast<float*>(out.data), static_cast<int64_t>(out.row_stride / sizeof(float)), bias,
-              scratch_);
+  // A fixed array of parts (place_stacked_weight bounds their number): no allocation per call.
+  std::array<WeightMatrix, kMostStackedParts> parts;
+  const std::span<const TensorRef> pieces =
+      w.parts != nullptr ? std::span(w.parts, static_cast<size_t>(w.part_count)) : std::span(&w, 1);
+  for (size_t i = 0; i < pieces.size(); ++i)
+    parts[i] = {pieces[i].dtype, pieces[i].data, pieces[i].rows, pieces[i].cols, pieces[i].row_stride};
+  cpu::matmul(pool_, std::span<const WeightMatrix>(parts.data(), pieces.size()), static_cast<const float*>(x.data),
+              static_cast<int64_t>(x.row_stride / sizeof(float)), x.rows, static_cast<float*>(out.data),
+              static_cast<int64_t>(out.row_stride / sizeof(float)), bias, scratch_);
 }
 
 void CpuBackend::rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params) {

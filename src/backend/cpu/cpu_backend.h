@@ -2,7 +2,10 @@
 // The CPU backend: kernels on a thread pool, weights used in place from the mapped GGUF file,
 // the KV pool in host memory.
 #include <atomic>
+#include <deque>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
@@ -23,6 +26,9 @@ class CpuBackend final : public backend::Backend {
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
   TensorRef place_weight(const TensorRef& host_weight, const std::string& name) override;
+  // Keeps the parts where the file maps them (no copy); matmul walks them in order.
+  static constexpr size_t kMostStackedParts = 8;
+  TensorRef place_stacked_weight(std::span<const TensorRef> host_parts, const std::string& name) override;
   std::unique_ptr<kv::KvStorage> create_kv_storage(size_t bytes_per_row) override;
   backend::MemoryStats memory_stats() const override;
 
@@ -44,6 +50,7 @@ class CpuBackend final : public backend::Backend {
  private:
   ThreadPool pool_;
   MatmulScratch scratch_;
+  std::deque<std::vector<TensorRef>> stacked_parts_;  // what placed stacked weights point to
   std::atomic<size_t> allocated_{0};
   std::atomic<size_t> peak_{0};
 };

@@ -31,7 +31,7 @@ const detail::KernelSet& kernels(MatmulIsa isa) {
   return detail::portable_kernels();
 }
 
-void validate(const WeightMatrix& w, int64_t x_stride, int64_t T, int64_t out_stride) {
+void validate(const WeightMatrix& w, int64_t x_stride, int64_t T) {
   if (!matmul_supports(w.type)) fail(ErrorCode::Unsupported, "matmul: weight type ", dtype_name(w.type), " is not supported");
   const int64_t block = dtype_info(w.type).block_size;
   if (w.rows < 0 || w.cols <= 0 || w.cols % block != 0)
@@ -42,8 +42,22 @@ void validate(const WeightMatrix& w, int64_t x_stride, int64_t T, int64_t out_st
          dtype_name(w.type), " (", row_bytes(w.type, w.cols), " bytes)");
   if (T < 0) fail(ErrorCode::InvalidArgument, "matmul: T = ", T, " is negative");
   if (x_stride < w.cols) fail(ErrorCode::InvalidArgument, "matmul: x_stride ", x_stride, " < cols ", w.cols);
-  if (out_stride < w.rows) fail(ErrorCode::InvalidArgument, "matmul: out_stride ", out_stride, " < rows ", w.rows);
   if (w.data == nullptr && w.rows > 0) fail(ErrorCode::InvalidArgument, "matmul: weight data is null");
+}
+
+// Checks every part and that they form one weight; returns its rows (all parts together).
+int64_t validate(std::span<const WeightMatrix> parts, int64_t x_stride, int64_t T, int64_t out_stride) {
+  if (parts.empty()) fail(ErrorCode::InvalidArgument, "matmul: a weight of no parts");
+  int64_t rows = 0;
+  for (const WeightMatrix& w : parts) {
+    validate(w, x_stride, T);
+    if (w.type != parts.front().type || w.cols != parts.front().cols)
+      fail(ErrorCode::InvalidArgument, "matmul: weight parts differ: ", dtype_name(w.type), " x ", w.cols, " after ",
+           dtype_name(parts.front().type), " x ", parts.front().cols);
+    rows += w.rows;
+  }
+  if (out_stride < rows) fail(ErrorCode::InvalidArgument, "matmul: out_stride ", out_stride, " < rows ", rows);
+  return rows;
 }
 
 // Quantizes every activation row once, in the layout QuantizedActivations describes.
@@ -98,53 +112,77 @@ bool matmul_supports(DType type) {
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t x_stride, int64_t T, float* out,
             int64_t out_stride, const float* bias, MatmulScratch& scratch) {
-  matmul(default_matmul_isa(), pool, w, x, x_stride, T, out, out_stride, bias, scratch);
+  matmul(default_matmul_isa(), pool, std::span(&w, 1), x, x_stride, T, out, out_stride, bias, scratch);
 }
 
 void matmul(MatmulIsa isa, ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t x_stride, int64_t T,
             float* out, int64_t out_stride, const float* bias, MatmulScratch& scratch) {
-  validate(w, x_stride, T, out_stride);
+  matmul(isa, pool, std::span(&w, 1), x, x_stride, T, out, out_stride, bias, scratch);
+}
+
+void matmul(ThreadPool& pool, std::span<const WeightMatrix> parts, const float* x, int64_t x_stride, int64_t T,
+            float* out, int64_t out_stride, const float* bias, MatmulScratch& scratch) {
+  matmul(default_matmul_isa(), pool, parts, x, x_stride, T, out, out_stride, bias, scratch);
+}
+
+void matmul(MatmulIsa isa, ThreadPool& pool, std::span<const WeightMatrix> parts, const float* x, int64_t x_stride,
+            int64_t T, float* out, int64_t out_stride, const float* bias, MatmulScratch& scratch) {
+  const int64_t rows = validate(parts, x_stride, T, out_stride);
+  const WeightMatrix& first = parts.front();
   const detail::KernelSet& set = kernels(isa);
-  const detail::TileKernel kernel = set.kernel_for(w.type);
-  if (kernel == nullptr) fail(ErrorCode::Internal, "matmul: no ", matmul_isa_name(isa), " kernel for ", dtype_name(w.type));
-  if (T == 0 || w.rows == 0) return;
+  const detail::TileKernel kernel = set.kernel_for(first.type);
+  if (kernel == nullptr) fail(ErrorCode::Internal, "matmul: no ", matmul_isa_name(isa), " kernel for ", dtype_name(first.type));
+  if (T == 0 || rows == 0) return;
 
   MatmulScratch::Buffers& buffers = scratch.buffers();
   QuantizedActivations act;
-  if (const auto format = activation_format_for(w.type))
-    act = quantize_activations(pool, isa, *format, x, x_stride, T, w.cols, buffers.activations);
+  if (const auto format = activation_format_for(first.type))
+    act = quantize_activations(pool, isa, *format, x, x_stride, T, first.cols, buffers.activations);
 
-  // Tasks are rectangles of (up to kTokensPerTask tokens) x (a multiple of kRowAlign rows),
-  // small enough that every thread gets several; how they are cut never changes a result.
+  // Tasks are rectangles of (up to kTokensPerTask tokens) x (a multiple of kRowAlign rows of
+  // one part), small enough that every thread gets several; how they are cut never changes a
+  // result.
   const int64_t token_blocks = (T + kTokensPerTask - 1) / kTokensPerTask;
   const int64_t target_tasks = pool.size() == 1 ? 1 : static_cast<int64_t>(pool.size()) * kTasksPerThread;
   const int64_t rows_per_task =
-      std::clamp(round_up((w.rows * token_blocks + target_tasks - 1) / target_tasks, kRowAlign), kRowAlign, kMaxRowsPerTask);
-  const int64_t row_blocks = (w.rows + rows_per_task - 1) / rows_per_task;
+      std::clamp(round_up((rows * token_blocks + target_tasks - 1) / target_tasks, kRowAlign), kRowAlign, kMaxRowsPerTask);
+  int64_t row_blocks = 0;
+  for (const WeightMatrix& w : parts) row_blocks += (w.rows + rows_per_task - 1) / rows_per_task;
 
-  const size_t work_bytes = std::max<size_t>(set.work_bytes(w.type, w.cols), AlignedBuffer::kAlignment);
+  const size_t work_bytes = std::max<size_t>(set.work_bytes(first.type, first.cols), AlignedBuffer::kAlignment);
   if (buffers.work.size() < static_cast<size_t>(pool.size())) buffers.work.resize(pool.size());
   for (int i = 0; i < pool.size(); ++i) buffers.work[i].reserve(work_bytes);
 
   // The task function captures one pointer, so std::function keeps it without allocating.
   struct Plan {
     TileJob job;  // the fields every task shares
-    int64_t token_blocks, rows_per_task, rows, tokens;
+    std::span<const WeightMatrix> parts;
+    float* out;
+    const float* bias;
+    int64_t token_blocks, rows_per_task, tokens;
     const detail::TileKernel kernel;
     std::vector<AlignedBuffer>* work;
   };
-  Plan plan{{}, token_blocks, rows_per_task, w.rows, T, kernel, &buffers.work};
-  plan.job.w = &w;
+  Plan plan{{}, parts, out, bias, token_blocks, rows_per_task, T, kernel, &buffers.work};
   plan.job.act = &act;
   plan.job.x = x;
   plan.job.x_stride = x_stride;
-  plan.job.out = out;
   plan.job.out_stride = out_stride;
-  plan.job.bias = bias;
   pool.parallel_for(row_blocks * token_blocks, [p = &plan](int64_t task, int thread) {
     TileJob job = p->job;
-    job.n_begin = task / p->token_blocks * p->rows_per_task;
-    job.n_end = std::min(p->rows, job.n_begin + p->rows_per_task);
+    // Row block `block` of the weight: the part it falls in, and its first output column.
+    int64_t block = task / p->token_blocks, column = 0;
+    size_t part = 0;
+    for (;; column += p->parts[part].rows, ++part) {
+      const int64_t blocks = (p->parts[part].rows + p->rows_per_task - 1) / p->rows_per_task;
+      if (block < blocks) break;
+      block -= blocks;
+    }
+    job.w = &p->parts[part];
+    job.out = p->out + column;
+    job.bias = p->bias == nullptr ? nullptr : p->bias + column;
+    job.n_begin = block * p->rows_per_task;
+    job.n_end = std::min(job.w->rows, job.n_begin + p->rows_per_task);
     job.t_begin = task % p->token_blocks * kTokensPerTask;
     job.t_end = std::min(p->tokens, job.t_begin + kTokensPerTask);
     job.work = (*p->work)[thread].data();

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "core/dtype.h"
@@ -62,5 +63,14 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t x_s
 // Unsupported when this CPU lacks the path.
 void matmul(MatmulIsa isa, ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t x_stride, int64_t T,
             float* out, int64_t out_stride, const float* bias, MatmulScratch& scratch);
+
+// The same for one weight whose rows lie in several matrices of one type and width, in order
+// (stacked projections computed where the file maps them, with no copy): the outputs of part p
+// are the columns after those of the parts before it. The activations are quantized once,
+// and each output is computed exactly as it would be from one matrix holding all the rows.
+void matmul(ThreadPool& pool, std::span<const WeightMatrix> parts, const float* x, int64_t x_stride, int64_t T,
+            float* out, int64_t out_stride, const float* bias, MatmulScratch& scratch);
+void matmul(MatmulIsa isa, ThreadPool& pool, std::span<const WeightMatrix> parts, const float* x, int64_t x_stride,
+            int64_t T, float* out, int64_t out_stride, const float* bias, MatmulScratch& scratch);
 
 }  // namespace cellm::cpu

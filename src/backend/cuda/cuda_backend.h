@@ -37,6 +37,9 @@ class CudaBackend final : public backend::Backend {
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
   TensorRef place_weight(const TensorRef& host_weight, const std::string& name) override;
+  TensorRef place_stacked_weight(std::span<const TensorRef> host_parts, const std::string& name) override {
+    return backend::place_joined_copy(*this, host_parts, name);  // joined once, on the device
+  }
   std::unique_ptr<kv::KvStorage> create_kv_storage(size_t bytes_per_row) override;
   backend::MemoryStats memory_stats() const override;
 

@@ -1,0 +1,39 @@
+// What backends share: the defaults of the Backend interface and helpers for implementations.
+#include "backend/backend.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace cellm::backend {
+
+TensorRef place_joined_copy(Backend& backend, std::span<const TensorRef> host_parts, const std::string& name) {
+  if (host_parts.empty()) fail(ErrorCode::Internal, "stacked weight '", name, "' has no parts");
+  const DType dtype = host_parts.front().dtype;
+  const int64_t cols = host_parts.front().cols;
+  const size_t row = row_bytes(dtype, cols);
+  int64_t rows = 0;
+  for (const TensorRef& part : host_parts) {
+    if (part.dtype != dtype || part.cols != cols)
+      fail(ErrorCode::Internal, "stacked weight '", name, "': parts differ in type or width");
+    rows += part.rows;
+  }
+  std::vector<uint8_t> staging(row * static_cast<size_t>(rows));
+  size_t at = 0;
+  for (const TensorRef& part : host_parts)
+    for (int64_t r = 0; r < part.rows; ++r, at += row) std::memcpy(staging.data() + at, part.row<const uint8_t>(r), row);
+  const TensorRef placed = backend.place_weight(TensorRef{staging.data(), dtype, rows, cols, row}, name);
+  const auto* at_placed = static_cast<const uint8_t*>(placed.data);
+  if (at_placed >= staging.data() && at_placed < staging.data() + staging.size())
+    fail(ErrorCode::Internal, "the ", backend.name(), " backend kept the staging copy of '", name, "'");
+  return placed;
+}
+
+void Backend::begin_capture() { fail(ErrorCode::Unsupported, "the ", name(), " backend cannot capture graphs"); }
+
+std::unique_ptr<Graph> Backend::end_capture() {
+  fail(ErrorCode::Unsupported, "the ", name(), " backend cannot capture graphs");
+}
+
+}  // namespace cellm::backend
