@@ -31,6 +31,9 @@ Executor::Executor(backend::Backend& backend, const gguf::File& file, const Exec
   if (options_.max_write < 1) fail(ErrorCode::InvalidArgument, "max_write must be at least 1");
   options_.max_decode_batch = std::clamp(options_.max_decode_batch, 1, options_.max_write);
   if (options_.max_context <= 0) options_.max_context = config_.context_length;
+  if (config_.context_length > 0 && options_.max_context > config_.context_length)
+    log_warn("context length ", options_.max_context, " exceeds the ", config_.context_length,
+             " positions the model was trained on: output past them is unreliable");
   prefill_ = model::build_decoder_program(file, config_, Method::Prefill, options_.max_write);
   for (int32_t bucket = 1;; bucket *= 2) {
     const int32_t size = std::min(bucket, options_.max_decode_batch);

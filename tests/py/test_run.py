@@ -45,3 +45,11 @@ def test_bad_flags_are_refused(cellm_bin, smollm2):
     assert out.returncode != 0 and "top-p" in out.stderr
     out = run(cellm_bin, "-m", "/nonexistent.gguf", "-p", "x", check=False)
     assert out.returncode != 0 and "/nonexistent.gguf" in out.stderr
+
+
+def test_context_past_the_trained_length_is_warned_about(cellm_bin, smollm2):
+    # SmolLM2 was trained on 8192 positions: a longer context runs, with a warning naming both.
+    out = run(cellm_bin, "-m", str(smollm2), "-p", "x", "-n", "1", "-c", "20000")
+    assert "20000" in out.stderr and "8192" in out.stderr and "trained" in out.stderr
+    out = run(cellm_bin, "-m", str(smollm2), "-p", "x", "-n", "1", "-c", "8192")
+    assert "trained" not in out.stderr
