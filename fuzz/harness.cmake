@@ -9,7 +9,8 @@ set(CELLM_FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
 # over cellm_core alone (no models, no support library).
 set(CELLM_FUZZ_SOURCES_fuzz_server_request
     ${PROJECT_SOURCE_DIR}/src/server/completion_request.cpp ${PROJECT_SOURCE_DIR}/src/server/api_error.cpp
-    ${PROJECT_SOURCE_DIR}/src/server/sse.cpp ${PROJECT_SOURCE_DIR}/src/batching/sampler.cpp)
+    ${PROJECT_SOURCE_DIR}/src/server/sse.cpp ${PROJECT_SOURCE_DIR}/src/batching/sampler.cpp
+    ${PROJECT_SOURCE_DIR}/src/batching/token_filter.cpp)
 set(CELLM_FUZZ_LIBS_fuzz_server_request cellm_core nlohmann_json::nlohmann_json)
 
 # The shared support code (fuzz/support/), compiled once for every target of a build.

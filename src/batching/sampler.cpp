@@ -57,52 +57,32 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       if (candidates_[i].logit > candidates_[best].logit) best = i;
     return best;
   }
-  // Sort by logit (ties by id, so the order is deterministic); only the top k need sorting.
-  auto by_logit = [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  };
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-    keep = static_cast<size_t>(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(keep), candidates_.end(),
-                      by_logit);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  filter_tokens(candidates_, params_.top_k, params_.top_p, params_.min_p);
+  return draw();
+}
+
+int32_t Sampler::draw() {
+  float max = candidates_.front().logit;
+  for (const TokenLogit& c : candidates_) max = std::max(max, c.logit);
+  weights_.resize(candidates_.size());
+  double total = 0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    weights_[i] = std::exp((candidates_[i].logit - max) / params_.temperature);
+    total += weights_[i];
   }
-  candidates_.resize(keep);
-  auto softmax = [&](float temperature) {
-    probs_.resize(candidates_.size());
-    const float max = candidates_[0].logit;
-    double sum = 0;
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      probs_[i] = std::exp((candidates_[i].logit - max) / temperature);
-      sum += probs_[i];
-    }
-    for (float& p : probs_) p = static_cast<float>(p / sum);
-  };
-  softmax(1.0f);
-  if (params_.top_p < 1.0f) {
-    double cumulative = 0;
-    size_t cut = candidates_.size();
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      cumulative += probs_[i];
-      if (cumulative >= params_.top_p) {
-        cut = i + 1;
-        break;
-      }
-    }
-    candidates_.resize(cut);
-    probs_.resize(cut);
+  // u in [0, 1) from the generator's 53 high bits; the first candidate whose running weight
+  // passes u * total is drawn (one with zero weight never is).
+  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  const double target = u * total;
+  double cumulative = 0;
+  size_t last = 0;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (weights_[i] == 0.0f) continue;
+    cumulative += weights_[i];
+    last = i;
+    if (target < cumulative) return candidates_[i].id;
   }
-  if (params_.min_p > 0.0f) {
-    const float floor = probs_[0] * params_.min_p;
-    size_t cut = 1;
-    while (cut < probs_.size() && probs_[cut] >= floor) ++cut;
-    candidates_.resize(cut);
-  }
-  softmax(params_.temperature);
-  std::discrete_distribution<size_t> pick(probs_.begin(), probs_.end());
-  return candidates_[pick(rng_)].id;
+  return candidates_[last].id;  // rounding left u * total at the very end of the sum
 }
 
 }  // namespace cellm::batching

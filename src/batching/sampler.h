@@ -2,12 +2,17 @@
 // Picks the next token from a row of logits. The chain, in order: repetition penalty over the
 // recent history, top-k, top-p (nucleus), min-p (all three on the softmax of the penalised
 // logits), temperature, then a draw from a seeded generator. Temperature 0 is greedy (argmax,
-// lowest id on ties) and draws nothing. The same seed and the same logits give the same tokens.
+// lowest id on ties) and draws nothing. The same seed and the same logits give the same tokens
+// (the draw maps the generator's 53 high bits onto the cumulative weights itself, so that
+// holds across standard libraries too). The cuts never sort the whole vocabulary
+// (token_filter.h).
 #include <cstdint>
 #include <optional>
 #include <random>
 #include <span>
 #include <vector>
+
+#include "batching/token_filter.h"
 
 namespace cellm::batching {
 
@@ -36,15 +41,14 @@ class Sampler {
   bool is_plain_greedy() const { return params_.greedy() && params_.repeat_penalty == 1.0f; }
 
  private:
-  struct Candidate {
-    int32_t id;
-    float logit;
-  };
+  // A draw from the softmax of the candidates' logits at the temperature.
+  int32_t draw();
+
   SamplingParams params_;
   uint64_t seed_;
   std::mt19937_64 rng_;
-  std::vector<Candidate> candidates_;
-  std::vector<float> probs_;
+  std::vector<TokenLogit> candidates_;
+  std::vector<float> weights_;
 };
 
 // Index of the largest value; the lowest index among equals.

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "batching/sampler.h"
@@ -62,6 +63,31 @@ TEST(Sampler, TopPAndMinPCutTheTail) {
   h = histogram(p);
   EXPECT_EQ(h.size(), 3u);
   EXPECT_TRUE(h.count(2));
+}
+
+TEST(Sampler, DrawsFollowTheSoftmaxAtTheTemperature) {
+  for (float temperature : {0.5f, 1.0f, 2.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    for (float top_p : {1.0f, 0.99f}) {  // no cut (tokens in id order), and a ranked list
+      p.top_p = top_p;
+      const int draws = 40000;
+      const auto h = histogram(p, draws);
+      double sum = 0;
+      for (float l : kLogits) sum += std::exp(l / temperature);
+      // The draw is over the tokens the cut kept (every one without a cut), renormalised.
+      double kept = 0;
+      for (size_t i = 0; i < kLogits.size(); ++i)
+        if (top_p == 1.0f || h.count(static_cast<int32_t>(i))) kept += std::exp(kLogits[i] / temperature) / sum;
+      EXPECT_GT(kept, 0.9);
+      for (size_t i = 0; i < kLogits.size(); ++i) {
+        if (top_p < 1.0f && !h.count(static_cast<int32_t>(i))) continue;  // cut away
+        const double want = std::exp(kLogits[i] / temperature) / sum / kept;
+        const double got = h.count(static_cast<int32_t>(i)) ? h.at(static_cast<int32_t>(i)) / double(draws) : 0.0;
+        EXPECT_NEAR(got, want, 0.01) << "token " << i << " at temperature " << temperature << ", top_p " << top_p;
+      }
+    }
+  }
 }
 
 TEST(Sampler, LowTemperatureApproachesGreedy) {
