@@ -39,7 +39,11 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   if (params_.greedy() && !penalise) return argmax(logits);
 
   candidates_.resize(n);
-  for (int32_t i = 0; i < n; ++i) candidates_[i] = {i, logits[i]};
+  for (int32_t i = 0; i < n; ++i) {
+    // NaN cannot be ranked (sorting it is undefined) nor drawn: the forward went wrong.
+    if (std::isnan(logits[i])) fail(ErrorCode::Internal, "the logit of token ", i, " is NaN: the forward produced no valid distribution");
+    candidates_[i] = {i, logits[i]};
+  }
   if (penalise) {
     // As llama.cpp: a seen token's positive logit is divided by the penalty, a negative one multiplied.
     const size_t from = history.size() > static_cast<size_t>(params_.repeat_last_n)

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <string>
 
 #include "batching/sampler.h"
 #include "core/error.h"
@@ -103,6 +104,21 @@ TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
   Sampler s(p);
   const std::vector<int32_t> history = {1, 4};
   EXPECT_EQ(s.sample(kLogits, history), 2);  // 3.0 / 2 = 1.5 < 2.5
+}
+
+TEST(Sampler, ANaNLogitFailsTheDrawWithAMessage) {
+  std::vector<float> logits = kLogits;
+  logits[3] = std::nanf("");
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.9f;
+  Sampler s(p);
+  try {
+    s.sample(logits, {});
+    FAIL() << "drew from a row holding NaN";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token 3 is NaN"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Sampler, RejectsBadParameters) {
