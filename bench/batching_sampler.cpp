@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "batching/sampler.h"
+#include "core/thread_pool.h"
 
 namespace {
 
@@ -42,6 +43,19 @@ void BM_TopP095(benchmark::State& state) { run(state, {.temperature = 0.8f, .top
 void BM_LlamaCppChain(benchmark::State& state) {
   run(state, {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f});
 }
+
+// A step of 16 sampled generations (the runner draws their tokens side by side, each from
+// its own sampler): argument = threads. The runner uses the CPU backend's threads, or up to 8
+// of its own when the kernels run on a GPU and the host cores wait.
+void BM_StepOf16Rows(benchmark::State& state) {
+  static const std::vector<float> logits = gemma_sized_logits(true);
+  cellm::ThreadPool pool(static_cast<int>(state.range(0)));
+  std::vector<Sampler> samplers;
+  for (int i = 0; i < 16; ++i) samplers.emplace_back(SamplingParams{.temperature = 0.8f, .seed = static_cast<uint64_t>(i)});
+  for (auto _ : state)
+    pool.parallel_for(16, [&](int64_t k, int) { benchmark::DoNotOptimize(samplers[static_cast<size_t>(k)].sample(logits, {})); });
+}
+BENCHMARK(BM_StepOf16Rows)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Argument: 1 = peaked logits, 0 = flat.
 BENCHMARK(BM_Greedy)->Arg(1)->Unit(benchmark::kMicrosecond);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/ops.h"
+#include "core/thread_pool.h"
 #include "kv/storage.h"
 
 namespace cellm::backend {
@@ -83,6 +84,10 @@ class Backend {
   // Device backends run decode at static shapes (a step padded to its bucket), so that eager
   // and captured decode compute the same thing; the CPU runs the rows it has.
   virtual bool static_decode_shapes() const { return false; }
+  // The host threads the kernels run on (the CPU backend's pool), which host work between
+  // forwards may borrow on the thread that issues the forwards; null when the kernels run
+  // elsewhere and the host cores are free.
+  virtual ThreadPool* host_threads() { return nullptr; }
   virtual bool supports_graphs() const { return false; }
   // Kernels issued between begin_capture and end_capture are recorded, not run. end_capture
   // throws when the recording failed; the backend is then usable again for eager work.

@@ -38,6 +38,12 @@ Runner::Runner(runtime::Executor& executor, const tokenizer::Tokenizer& tokenize
   if (options_.max_step_tokens <= 0) options_.max_step_tokens = executor.max_write();
   if (options_.context_length <= 0) options_.context_length = executor.model_config().context_length;
   if (options_.max_waiting < 1) options_.max_waiting = 1;
+  sampling_threads_ = executor.backend().host_threads();
+  if (sampling_threads_ == nullptr) {
+    constexpr int kMostSamplingThreads = 8;  // a step draws at most a few hundred tokens
+    own_sampling_threads_ = std::make_unique<ThreadPool>(std::min(ThreadPool::hardware_threads(), kMostSamplingThreads));
+    sampling_threads_ = own_sampling_threads_.get();
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -408,21 +414,53 @@ bool Runner::run_one_step() {
     }
     s.cached += slice.count;
   }
-  const auto vocab = static_cast<size_t>(executor_.vocab_size());
-  for (size_t k = 0; k < logit_owner.size(); ++k) {
-    Session& s = *logit_owner[k];
-    // A failure here (the sampler, a callback) is this generation's alone: its cells, which
-    // hold the forward's tokens, are freed with it, and the others still get their tokens.
-    // Escaping, it would end the engine thread and the process.
+  pick_and_emit(logit_owner, result, greedy);
+  return true;
+}
+
+void Runner::pick_and_emit(const std::vector<Session*>& owners, const runtime::StepResult& result, bool greedy) {
+  // A failure here (the sampler, a callback) is that generation's alone: its cells, which hold
+  // the forward's tokens, are freed with it, and the others still get their tokens. Escaping,
+  // it would end the engine thread and the process.
+  struct Pick {
+    int32_t token = -1;
+    std::string error;
+  };
+  std::vector<Pick> picks(owners.size());
+  for (size_t k = 0; k < owners.size(); ++k) {
     try {
-      if (sample_hook_copy_) sample_hook_copy_(s.id);
-      const int32_t token = greedy ? result.argmax[k] : s.sampler.sample(result.logits.subspan(k * vocab, vocab), s.tokens);
-      emit_token(s, token);
+      if (sample_hook_copy_) sample_hook_copy_(owners[k]->id);  // the test hook: engine thread
+    } catch (const std::exception& e) {
+      picks[k].error = e.what();
+    }
+  }
+  // Each session draws from its own generator, so drawing side by side changes no token.
+  const auto vocab = static_cast<size_t>(executor_.vocab_size());
+  auto pick = [&](int64_t k, int) {
+    Pick& p = picks[static_cast<size_t>(k)];
+    if (!p.error.empty()) return;
+    Session& s = *owners[static_cast<size_t>(k)];
+    try {
+      p.token = greedy ? result.argmax[static_cast<size_t>(k)]
+                       : s.sampler.sample(result.logits.subspan(static_cast<size_t>(k) * vocab, vocab), s.tokens);
+    } catch (const std::exception& e) {
+      p.error = e.what();
+    }
+  };
+  if (greedy || owners.size() < 2) {
+    for (size_t k = 0; k < owners.size(); ++k) pick(static_cast<int64_t>(k), 0);
+  } else {
+    sampling_threads_->parallel_for(static_cast<int64_t>(owners.size()), pick);
+  }
+  for (size_t k = 0; k < owners.size(); ++k) {
+    Session& s = *owners[k];
+    try {
+      if (!picks[k].error.empty()) throw Error(ErrorCode::Internal, picks[k].error);
+      emit_token(s, picks[k].token);
     } catch (const std::exception& e) {
       finish(s, FinishReason::Failed, e.what());
     }
   }
-  return true;
 }
 
 void Runner::emit_token(Session& s, int32_t token) {

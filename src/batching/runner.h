@@ -22,6 +22,7 @@
 #include "batching/generation.h"
 #include "batching/scheduler.h"
 #include "batching/session.h"
+#include "core/thread_pool.h"
 #include "runtime/executor.h"
 #include "tokenizer/tokenizer.h"
 
@@ -74,6 +75,9 @@ class Runner {
   bool fits(const std::vector<kv::Demand>& demands) const;
   void finish(Session& s, FinishReason reason, const std::string& error = {});
   void emit_token(Session& s, int32_t token);
+  // Picks the token of each generation that owns a logit row of the step (drawn in parallel
+  // when sampled), then hands them out in order.
+  void pick_and_emit(const std::vector<Session*>& owners, const runtime::StepResult& result, bool greedy);
   void drop_finished();
   void publish_metrics();  // copies metrics_ to snapshot_
   std::vector<kv::Demand> demands_of(const StepPlan& plan) const;
@@ -113,6 +117,10 @@ class Runner {
   bool growth_refused_ = false;
   int64_t submitted_count_ = 0;  // under mutex_
   int64_t rejected_count_ = 0;   // under mutex_
+  // Threads that draw the sampled tokens of one step side by side: the backend's host threads,
+  // or, when its kernels run on a device, a pool of the runner's own.
+  std::unique_ptr<ThreadPool> own_sampling_threads_;
+  ThreadPool* sampling_threads_ = nullptr;
   EngineMetrics metrics_;   // engine thread only
   EngineMetrics snapshot_;  // what metrics() returns; under mutex_
   std::thread thread_;

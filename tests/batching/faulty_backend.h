@@ -59,6 +59,7 @@ class FaultyBackend final : public backend::Backend {
     cpu_.gather_rows(x, rows, out);
   }
   void argmax_rows(const TensorRef& logits, int32_t* out) override { cpu_.argmax_rows(logits, out); }
+  ThreadPool* host_threads() override { return cpu_.host_threads(); }
   void synchronize() override { cpu_.synchronize(); }
 
  private:

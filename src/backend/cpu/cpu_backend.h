@@ -46,6 +46,7 @@ class CpuBackend final : public backend::Backend {
   void synchronize() override {}
 
   ThreadPool& pool() { return pool_; }
+  ThreadPool* host_threads() override { return &pool_; }
 
  private:
   ThreadPool pool_;
