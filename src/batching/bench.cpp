@@ -88,15 +88,18 @@ std::vector<int32_t> draw_prompt(const tokenizer::Tokenizer& tokenizer, const st
   return prompt;
 }
 
-std::vector<GenerationRequest> make_requests(const tokenizer::Tokenizer& tokenizer, int32_t batch, int32_t prompt_tokens,
-                                             int32_t max_tokens, uint64_t seed) {
+std::vector<GenerationRequest> make_requests(const tokenizer::Tokenizer& tokenizer, const BenchConfig& c, int32_t batch,
+                                             int32_t prompt_tokens, int32_t max_tokens, uint64_t seed) {
   const std::vector<int32_t> candidates = prompt_candidates(tokenizer);
   std::vector<GenerationRequest> requests(static_cast<size_t>(batch));
   for (int32_t i = 0; i < batch; ++i) {
     GenerationRequest& r = requests[static_cast<size_t>(i)];
     r.prompt = draw_prompt(tokenizer, candidates, prompt_tokens, seed * 1000003 + static_cast<uint64_t>(i));
-    r.sampling.temperature = 0;
-    r.sampling.seed = seed;
+    r.sampling.temperature = c.temperature;
+    r.sampling.top_k = c.top_k;
+    r.sampling.top_p = c.top_p;
+    r.sampling.min_p = c.min_p;
+    r.sampling.seed = seed * 1000003 + static_cast<uint64_t>(i);
     r.max_tokens = max_tokens;
     r.ignore_eos = true;
     r.tag = std::string("b").append(std::to_string(batch)).append("/").append(std::to_string(i));
@@ -106,11 +109,11 @@ std::vector<GenerationRequest> make_requests(const tokenizer::Tokenizer& tokeniz
 
 void warm_up(Engine& engine, const BenchConfig& c) {
   const tokenizer::Tokenizer& tok = engine.tokenizer();
-  check_round(run_round(engine.runner(), make_requests(tok, 1, c.prompt_tokens, 2, c.seed + 7)), 2);
+  check_round(run_round(engine.runner(), make_requests(tok, c, 1, c.prompt_tokens, 2, c.seed + 7)), 2);
   const int32_t short_prompt = std::min(c.prompt_tokens, 8);
   const int32_t short_output = std::min(c.generated_tokens, 4);
   for (int32_t b : c.batch_sizes)
-    check_round(run_round(engine.runner(), make_requests(tok, b, short_prompt, short_output, c.seed + 11)), short_output);
+    check_round(run_round(engine.runner(), make_requests(tok, c, b, short_prompt, short_output, c.seed + 11)), short_output);
 }
 
 void validate(const Runner& runner, const BenchConfig& c) {
@@ -165,7 +168,7 @@ BenchPoint run_point(Engine& engine, const BenchConfig& c, int32_t batch) {
   for (int32_t rep = 0; rep < c.repetitions; ++rep) {
     const uint64_t seed = c.seed + static_cast<uint64_t>(batch) * 7919 + static_cast<uint64_t>(rep) * 104729;
     const Trace trace =
-        run_round(runner, make_requests(engine.tokenizer(), batch, c.prompt_tokens, c.generated_tokens, seed));
+        run_round(runner, make_requests(engine.tokenizer(), c, batch, c.prompt_tokens, c.generated_tokens, seed));
     check_round(trace, c.generated_tokens);
     point.rounds.push_back(measure(trace, c.prompt_tokens, ttft, itl));
     prefill_ms += point.rounds.back().prefill_ms;

@@ -1,7 +1,8 @@
 #pragma once
 // The throughput benchmark behind `cellm bench`. For each batch size b, b generations are
 // submitted at once, each with a synthetic prompt of `prompt_tokens` tokens, and each runs
-// exactly `generated_tokens` tokens (ignore_eos, greedy). Per batch size it measures:
+// exactly `generated_tokens` tokens (ignore_eos; greedy unless `sampling` says otherwise, each
+// generation then drawing from its own seed). Per batch size it measures:
 //   prompt throughput      b * prompt_tokens / prefill time, where the prefill time runs from
 //                          the submission until every generation has its first token;
 //   generation throughput  tokens emitted after that point / time from there to the last token;
@@ -24,8 +25,14 @@ struct BenchConfig {
   int32_t generated_tokens = 128;
   std::vector<int32_t> batch_sizes = {1, 8, 64};
   int32_t repetitions = 1;  // rounds per batch size; the figures pool them
-  uint64_t seed = 1;        // of the synthetic prompts
+  uint64_t seed = 1;        // of the synthetic prompts (and of the samplers)
   bool warmup = true;
+  // Greedy by default; a temperature measures the host's draw too (the logits of every row
+  // then cross from the device).
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
 };
 
 // One round: b generations submitted together.

@@ -53,6 +53,8 @@ nlohmann::json bench_json(Engine& engine, const BenchResult& result) {
   j["bench"] = {{"prompt_tokens", c.prompt_tokens}, {"generated_tokens", c.generated_tokens},
                 {"batch_sizes", c.batch_sizes},     {"repetitions", c.repetitions},
                 {"seed", c.seed},                   {"warmup", c.warmup},
+                {"temperature", c.temperature},     {"top_k", c.top_k},
+                {"top_p", c.top_p},                 {"min_p", c.min_p},
                 {"warmup_ms", result.warmup_ms}};
   j["results"] = nlohmann::json::array();
   for (const BenchPoint& p : result.points) j["results"].push_back(bench_point_json(p));

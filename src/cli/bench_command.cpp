@@ -141,7 +141,7 @@ void add_bench_command(CLI::App& app, CommandAction& action) {
   auto* cmd = app.add_subcommand(
       "bench",
       "Measure prompt and generation throughput, TTFT and inter-token latency at several batch sizes. Each batch "
-      "size b submits b generations at once (synthetic seeded prompts, greedy, exactly -n tokens each). A warm-up "
+      "size b submits b generations at once (synthetic seeded prompts, greedy unless --temp, exactly -n tokens each). A warm-up "
       "first (one full-length prompt, then a short round per batch size) keeps one-time costs (weights paged in, "
       "buffers sized, CUDA graphs captured) out of the figures. Unless given, --max-sessions is the largest batch, "
       "--max-step-tokens max(512, largest batch) and --kv-initial-rows what the largest batch needs");
@@ -159,7 +159,15 @@ void add_bench_command(CLI::App& app, CommandAction& action) {
   cmd->add_option("-r,--repetitions", c.repetitions, "Rounds per batch size (the figures pool them)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  cmd->add_option("-s,--seed", c.seed, "Seed of the synthetic prompts")->capture_default_str();
+  cmd->add_option("-s,--seed", c.seed, "Seed of the synthetic prompts and of the samplers")->capture_default_str();
+  cmd->add_option("--temp", c.temperature, "Sampling temperature; 0 = greedy (then only each row's argmax leaves the device)")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
+  cmd->add_option("--top-k", c.top_k, "Keep the k most likely tokens; 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--top-p", c.top_p, "Nucleus sampling threshold; 1 = off")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+  cmd->add_option("--min-p", c.min_p, "Drop tokens below min-p x the top probability; 0 = off")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   cmd->add_flag("--no-warmup", flags->no_warmup, "Measure from a cold start");
   cmd->add_option("--json", flags->json_path, "Write the results as JSON (schema cellm.bench/1) here");
   cmd->add_option("--plot", flags->plot_path,

@@ -98,3 +98,18 @@ def test_refusals(cellm_bin, tiny_model):
     assert zero.returncode != 0 and "batch" in zero.stderr
     too_long = bench(cellm_bin, "-m", str(tiny_model), "-p", "2048", "-n", "8", "--batch", "1", check=False)
     assert too_long.returncode != 0 and "context length 2048" in too_long.stderr
+
+
+def test_sampled_rounds_count_every_token_and_are_recorded(cellm_bin, tiny_model, tmp_path):
+    # With --temp the rows are drawn by the samplers (logits leave the backend), still exactly
+    # -n tokens each; the settings are in the JSON. A top-p of 0 is refused by name.
+    json_path = tmp_path / "t.json"
+    bench(cellm_bin, "-m", str(tiny_model), "-p", "8", "-n", "5", "--batch", "3", "--temp", "0.9", "--top-p", "0.9",
+          "--json", str(json_path))
+    report = json.loads(json_path.read_text())
+    assert report["bench"]["temperature"] == pytest.approx(0.9) and report["bench"]["top_p"] == pytest.approx(0.9)
+    (r,) = report["results"]
+    assert r["ttft_ms"]["count"] == 3 and r["itl_ms"]["count"] == 12
+    zero = bench(cellm_bin, "-m", str(tiny_model), "-p", "4", "-n", "2", "--batch", "1", "--top-p", "0", "--temp", "1",
+                 check=False)
+    assert zero.returncode != 0 and "top_p" in zero.stderr
