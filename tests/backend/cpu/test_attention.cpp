@@ -1,0 +1,189 @@
+// CPU attention over paged cells, the reference the CUDA kernels are held to bit for bit: the
+// right values (against a double-precision softmax over the visible cells), and the same bits
+// however many threads share the work, including decode rows whose few KV-head groups are
+// split into smaller sets of heads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_features.h"
+#include "backend/cpu/kernels.h"
+#include "core/half.h"
+
+namespace cellm::cpu {
+namespace {
+
+struct Case {
+  int rows, n_kv_heads, group, head_dim, window;
+};
+
+struct PagedCache {
+  int cells = 0, page = 16;
+  std::vector<uint16_t> k, v;  // [cell][kv head][dim], f16
+  std::vector<int32_t> cell_pos, page_rows, pages, positions;
+  std::vector<float> q;
+  backend::PagedKv kv;
+};
+
+// `cells` cells at positions 0..cells-1 in shuffled pages (the last one part-filled); the rows
+// sit at the last positions.
+PagedCache make(const Case& c, int cells, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  PagedCache s;
+  s.cells = cells;
+  const int width = c.n_kv_heads * c.head_dim;
+  for (int i = 0; i < cells * width; ++i) {
+    s.k.push_back(fp32_to_fp16(normal(rng)));
+    s.v.push_back(fp32_to_fp16(normal(rng)));
+  }
+  const int n_pages = (cells + s.page - 1) / s.page;
+  std::vector<int32_t> order(n_pages);
+  for (int p = 0; p < n_pages; ++p) order[p] = p;
+  std::shuffle(order.begin(), order.end(), rng);  // page p of the sequence lives in pool page order[p]
+  constexpr int32_t kFree = std::numeric_limits<int32_t>::max();  // what the cache writes in unused cells
+  s.cell_pos.assign(static_cast<size_t>(n_pages * s.page), kFree);
+  for (int pos = 0; pos < cells; ++pos) s.cell_pos[order[pos / s.page] * s.page + pos % s.page] = pos;
+  // Cell data was written by pool row: move each position's K/V to its cell.
+  std::vector<uint16_t> k(s.cell_pos.size() * width), v(s.cell_pos.size() * width);
+  for (size_t cell = 0; cell < s.cell_pos.size(); ++cell)
+    if (s.cell_pos[cell] != kFree) {
+      std::memcpy(&k[cell * width], &s.k[s.cell_pos[cell] * width], width * 2);
+      std::memcpy(&v[cell * width], &s.v[s.cell_pos[cell] * width], width * 2);
+    }
+  s.k = k;
+  s.v = v;
+  for (int t = 0; t < c.rows; ++t) {
+    s.positions.push_back(cells - c.rows + t);
+    s.page_rows.push_back(static_cast<int32_t>(s.pages.size()));
+    for (int p = 0; p < n_pages; ++p) s.pages.push_back(order[p]);
+  }
+  s.page_rows.push_back(static_cast<int32_t>(s.pages.size()));
+  for (int i = 0; i < c.rows * c.n_kv_heads * c.group * c.head_dim; ++i) s.q.push_back(normal(rng));
+  s.kv = {s.k.data(), s.v.data(), static_cast<size_t>(width) * 2, DType::F16, c.n_kv_heads, c.head_dim, c.window,
+          s.page, s.cell_pos.data(), s.page_rows.data(), s.pages.data()};
+  return s;
+}
+
+std::vector<float> run(const Case& c, PagedCache& s, int threads) {
+  ThreadPool pool(threads);
+  const int64_t cols = static_cast<int64_t>(c.n_kv_heads) * c.group * c.head_dim;
+  std::vector<float> out(static_cast<size_t>(c.rows * cols), -9.0f);
+  const backend::TensorRef q{s.q.data(), DType::F32, c.rows, cols, cols * sizeof(float)};
+  const backend::TensorRef o{out.data(), DType::F32, c.rows, cols, cols * sizeof(float)};
+  attention(pool, q, s.kv, s.positions.data(), 1.0f / std::sqrt(static_cast<float>(c.head_dim)), o);
+  return out;
+}
+
+class CpuAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CpuAttention, RightValuesAndTheSameBitsOnAnyThreadCount) {
+  const Case c = GetParam();
+  PagedCache s = make(c, 300, 17);
+  const std::vector<float> one = run(c, s, 1);
+  for (int threads : {2, 3, 8}) {
+    const std::vector<float> many = run(c, s, threads);
+    ASSERT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0) << threads << " threads";
+  }
+  // Against softmax(q . k / sqrt(d)) . v in double over the cells each row may see.
+  const int width = c.n_kv_heads * c.head_dim;
+  const int64_t cols = static_cast<int64_t>(width) * c.group;
+  double worst = 0;
+  for (int t = 0; t < c.rows; ++t) {
+    const int pos = s.positions[t];
+    for (int head = 0; head < c.n_kv_heads * c.group; ++head) {
+      const int g = head / c.group;
+      std::vector<double> score;
+      std::vector<size_t> seen;
+      for (size_t cell = 0; cell < s.cell_pos.size(); ++cell) {
+        const int p = s.cell_pos[cell];
+        if (p > pos || (c.window > 0 && p <= pos - c.window)) continue;
+        double dot = 0;
+        for (int i = 0; i < c.head_dim; ++i)
+          dot += s.q[t * cols + head * c.head_dim + i] * fp16_to_fp32(s.k[cell * width + g * c.head_dim + i]);
+        score.push_back(dot / std::sqrt(static_cast<double>(c.head_dim)));
+        seen.push_back(cell);
+      }
+      double max = score[0], sum = 0;
+      for (double x : score) max = std::max(max, x);
+      for (double& x : score) sum += (x = std::exp(x - max));
+      for (int i = 0; i < c.head_dim; ++i) {
+        double want = 0;
+        for (size_t j = 0; j < seen.size(); ++j) want += score[j] / sum * fp16_to_fp32(s.v[seen[j] * width + g * c.head_dim + i]);
+        worst = std::max(worst, std::abs(want - one[t * cols + head * c.head_dim + i]));
+      }
+    }
+  }
+  EXPECT_LT(worst, 1e-5);
+}
+
+// The arithmetic the CUDA kernels reproduce, written out in scalar form: each score is eight
+// lane sums of fused multiply-adds over the head dims in steps of 8, folded as
+// (l0+l4 + l2+l6) + (l1+l5 + l3+l7), times the scale; the softmax takes exponentials summed in
+// double in cell order; each output element is a chain of fused multiply-adds over the cells
+// in order, from +0. The kernels must give exactly these bits.
+std::vector<float> defined_arithmetic(const Case& c, const PagedCache& s) {
+  const int width = c.n_kv_heads * c.head_dim;
+  const int64_t cols = static_cast<int64_t>(width) * c.group;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> out(static_cast<size_t>(c.rows * cols), 0.0f);
+  for (int t = 0; t < c.rows; ++t) {
+    const int pos = s.positions[t];
+    std::vector<size_t> seen;  // in page-list order, as the kernel walks them
+    for (int e = s.page_rows[t]; e < s.page_rows[t + 1]; ++e)
+      for (int cell = s.pages[e] * s.page; cell < (s.pages[e] + 1) * s.page; ++cell) {
+        const int p = s.cell_pos[cell];
+        if (p <= pos && (c.window == 0 || p > pos - c.window)) seen.push_back(static_cast<size_t>(cell));
+      }
+    for (int head = 0; head < c.n_kv_heads * c.group; ++head) {
+      const int g = head / c.group;
+      const float* q = &s.q[t * cols + head * c.head_dim];
+      std::vector<float> w;
+      for (size_t cell : seen) {
+        float lane[8] = {};
+        for (int i = 0; i < c.head_dim; ++i)
+          lane[i % 8] = std::fma(q[i], fp16_to_fp32(s.k[cell * width + g * c.head_dim + i]), lane[i % 8]);
+        const float folded = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+        w.push_back(folded * scale);
+      }
+      float max = w[0];
+      for (float x : w) max = std::max(max, x);
+      double sum = 0;
+      for (float& x : w) sum += (x = std::exp(x - max));
+      const float inv = static_cast<float>(1.0 / sum);
+      for (float& x : w) x *= inv;
+      for (int i = 0; i < c.head_dim; ++i) {
+        float y = 0.0f;
+        for (size_t j = 0; j < seen.size(); ++j) y = std::fma(w[j], fp16_to_fp32(s.v[seen[j] * width + g * c.head_dim + i]), y);
+        out[t * cols + head * c.head_dim + i] = y;
+      }
+    }
+  }
+  return out;
+}
+
+TEST_P(CpuAttention, GivesTheDefinedArithmeticBitForBit) {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) GTEST_SKIP() << "the portable path sums in another order";
+  const Case c = GetParam();
+  PagedCache s = make(c, 300, 23);
+  const std::vector<float> got = run(c, s, 2);
+  const std::vector<float> want = defined_arithmetic(c, s);
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(float_to_bits(got[i]), float_to_bits(want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention,
+                         testing::Values(Case{1, 1, 4, 256, 0},   // Gemma 3 270M decode: one KV head
+                                         Case{1, 3, 3, 64, 0},    // SmolLM2 decode
+                                         Case{2, 1, 4, 64, 48},   // a window
+                                         Case{7, 2, 2, 32, 0},    // a prefill slice
+                                         Case{1, 8, 1, 64, 0}));  // no grouping
+
+}  // namespace
+}  // namespace cellm::cpu
