@@ -42,6 +42,22 @@ TEST(KvHostStorage, GrowthKeepsRowsMovesBaseAndBumpsEpoch) {
   EXPECT_THROW(s.grow(40), Error);
 }
 
+TEST(KvHostStorage, LargePoolsStartOnHugePageBoundariesAndKeepTheirRowsAcrossGrowth) {
+  // Across the 2 MiB line (small -> huge alignment -> larger), rows survive and each block is
+  // released with the alignment it was allocated with (the ASan build checks the pairing).
+  constexpr size_t kHuge = size_t{2} << 20;
+  HostStorage s(23040);  // a SmolLM2 cell row
+  s.grow(16);            // 360 KiB
+  fill_rows(s, 16);
+  s.grow(200);           // 4.4 MiB
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s.base()) % kHuge, 0u);
+  EXPECT_TRUE(rows_hold_fill(s, 16));
+  fill_rows(s, 200);
+  s.grow(400);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s.base()) % kHuge, 0u);
+  EXPECT_TRUE(rows_hold_fill(s, 200));
+}
+
 TEST(KvHostStorage, CopyRowsCopiesWholeRows) {
   HostStorage s(16);
   s.grow(4);
