@@ -2,7 +2,8 @@
 // (cost follows what the row can see, not the pool), keeps the cells that pass the causal and
 // window test, and computes a two-pass softmax: scores, then the weighted sum of V in the
 // order of the page list. Heads that share a KV head are processed together so each K and V
-// row is loaded once per group.
+// row is loaded once per group; decode rows, too few to keep every thread busy that way, split
+// their groups. Cells are walked through rows prefetched a few cells ahead.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -33,6 +34,24 @@ void axpy_f16_portable(float a, const uint16_t* v, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * f16_to_f32(v[i]);
 }
 
+// The rows of one KV head over a task's cells: cell c's row starts at base + c * stride.
+struct CellRows {
+  const char* base;
+  size_t stride;
+  const int32_t* cells;
+  const uint16_t* at(size_t j) const {
+    return reinterpret_cast<const uint16_t*>(base + static_cast<size_t>(cells[j]) * stride);
+  }
+};
+
+// Consecutive cells lie a whole cell row (every layer's K and V) apart, beyond what the
+// hardware prefetcher follows: rows are fetched this many cells ahead.
+constexpr size_t kAhead = 6;
+
+inline void prefetch_row(const void* row, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(row) + b);
+}
+
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const float* q, const uint16_t* k, int n) {
   __m256 acc = _mm256_setzero_ps();
@@ -57,24 +76,6 @@ __attribute__((target("avx2,fma,f16c"))) void axpy_f16_avx2(float a, const uint1
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, vv, _mm256_loadu_ps(y + i)));
   }
   for (; i < n; ++i) y[i] += a * fp16_to_fp32(v[i]);
-}
-
-// The rows of one KV head over a task's cells: cell c's row starts at base + c * stride.
-struct CellRows {
-  const char* base;
-  size_t stride;
-  const int32_t* cells;
-  const uint16_t* at(size_t j) const {
-    return reinterpret_cast<const uint16_t*>(base + static_cast<size_t>(cells[j]) * stride);
-  }
-};
-
-// Consecutive cells lie a whole cell row (every layer's K and V) apart, beyond what the
-// hardware prefetcher follows: rows are fetched this many cells ahead.
-constexpr size_t kAhead = 6;
-
-inline void prefetch_row(const void* row, size_t bytes) {
-  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(row) + b);
 }
 
 // Scores of `heads` heads (q: their rows, one after the other) against every cell, exactly as
