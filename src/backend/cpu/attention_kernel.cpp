@@ -13,6 +13,7 @@
 #endif
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/exp_glibc.h"
 #include "backend/cpu/f16_table.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
@@ -166,11 +167,10 @@ void softmax_rows(float* scores, int heads, size_t n) {
     float* sc = scores + static_cast<size_t>(h) * n;
     float max = sc[0];
     for (size_t j = 1; j < n; ++j) max = std::max(max, sc[j]);
+    for (size_t j = 0; j < n; ++j) sc[j] -= max;
+    exp_in_place(sc, n);  // std::exp's bits, several at a time
     double sum = 0;
-    for (size_t j = 0; j < n; ++j) {
-      sc[j] = std::exp(sc[j] - max);
-      sum += sc[j];
-    }
+    for (size_t j = 0; j < n; ++j) sum += sc[j];
     const float inv = static_cast<float>(1.0 / sum);
     for (size_t j = 0; j < n; ++j) sc[j] *= inv;
   }
