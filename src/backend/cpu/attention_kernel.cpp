@@ -22,27 +22,55 @@
 namespace cellm::cpu {
 namespace {
 
-using DotFn = float (*)(const float* q, const uint16_t* k, int n);
-using AxpyFn = void (*)(float a, const uint16_t* v, float* y, int n);
+// One K row against one query head, and one weighted V row added to an output head, for each
+// pool dtype (rows are f16, bf16 or f32 elements).
+using DotFn = float (*)(const float* q, const void* k, int n);
+using AxpyFn = void (*)(float a, const void* v, float* y, int n);
 
-float dot_f16_portable(const float* q, const uint16_t* k, int n) {
+float dot_f16_portable(const float* q, const void* k, int n) {
+  const auto* kh = static_cast<const uint16_t*>(k);
   float sum = 0;
-  for (int i = 0; i < n; ++i) sum += q[i] * f16_to_f32(k[i]);
+  for (int i = 0; i < n; ++i) sum += q[i] * f16_to_f32(kh[i]);
   return sum;
 }
 
-void axpy_f16_portable(float a, const uint16_t* v, float* y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += a * f16_to_f32(v[i]);
+void axpy_f16_portable(float a, const void* v, float* y, int n) {
+  const auto* vh = static_cast<const uint16_t*>(v);
+  for (int i = 0; i < n; ++i) y[i] += a * f16_to_f32(vh[i]);
 }
 
-// The rows of one KV head over a task's cells: cell c's row starts at base + c * stride.
+float dot_bf16(const float* q, const void* k, int n) {
+  const auto* kb = static_cast<const uint16_t*>(k);
+  float sum = 0;
+  for (int i = 0; i < n; ++i) sum += q[i] * bf16_to_fp32(kb[i]);
+  return sum;
+}
+
+void axpy_bf16(float a, const void* v, float* y, int n) {
+  const auto* vb = static_cast<const uint16_t*>(v);
+  for (int i = 0; i < n; ++i) y[i] += a * bf16_to_fp32(vb[i]);
+}
+
+float dot_f32(const float* q, const void* k, int n) {
+  const auto* kf = static_cast<const float*>(k);
+  float sum = 0;
+  for (int i = 0; i < n; ++i) sum += q[i] * kf[i];
+  return sum;
+}
+
+void axpy_f32(float a, const void* v, float* y, int n) {
+  const auto* vf = static_cast<const float*>(v);
+  for (int i = 0; i < n; ++i) y[i] += a * vf[i];
+}
+
+// The rows of one KV head over a task's cells: cell c's row starts at base + c * stride and
+// holds `bytes` bytes.
 struct CellRows {
   const char* base;
   size_t stride;
+  size_t bytes;
   const int32_t* cells;
-  const uint16_t* at(size_t j) const {
-    return reinterpret_cast<const uint16_t*>(base + static_cast<size_t>(cells[j]) * stride);
-  }
+  const char* at(size_t j) const { return base + static_cast<size_t>(cells[j]) * stride; }
 };
 
 // Consecutive cells lie a whole cell row (every layer's K and V) apart, beyond what the
@@ -53,52 +81,70 @@ inline void prefetch_row(const void* row, size_t bytes) {
   for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(row) + b);
 }
 
+// scores[h][j] = q_h . k_j * scale for the task's `heads` heads (q: their rows, one after the
+// other) and every cell j. Always inlined into its callers, so that an ISA-specific caller gets
+// kDot inlined too (scores_f16_avx2).
+template <DotFn kDot>
+[[gnu::always_inline]] inline void scores_loop(const float* q, int heads, int hd, const CellRows& k, size_t n,
+                                               float scale, float* scores) {
+  for (size_t j = 0; j < std::min(n, kAhead); ++j) prefetch_row(k.at(j), k.bytes);
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) prefetch_row(k.at(j + kAhead), k.bytes);
+    const char* kr = k.at(j);
+    for (int h = 0; h < heads; ++h) scores[static_cast<size_t>(h) * n + j] = kDot(q + static_cast<size_t>(h) * hd, kr, hd) * scale;
+  }
+}
+
+template <DotFn kDot>
+void scores_each_cell(const float* q, int heads, int hd, const CellRows& k, size_t n, float scale, float* scores) {
+  scores_loop<kDot>(q, heads, hd, k, n, scale, scores);
+}
+
+// out[h] = sum over cells j, in order, of w[h][j] * v_j, one V row added to every head at a time.
+template <AxpyFn kAxpy>
+void values_each_cell(const float* w, int heads, int hd, const CellRows& v, size_t n, float* out) {
+  std::fill(out, out + static_cast<size_t>(heads) * hd, 0.0f);
+  for (size_t j = 0; j < std::min(n, kAhead); ++j) prefetch_row(v.at(j), v.bytes);
+  for (size_t j = 0; j < n; ++j) {
+    if (j + kAhead < n) prefetch_row(v.at(j + kAhead), v.bytes);
+    const char* vr = v.at(j);
+    for (int h = 0; h < heads; ++h) kAxpy(w[static_cast<size_t>(h) * n + j], vr, out + static_cast<size_t>(h) * hd, hd);
+  }
+}
+
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma,f16c"))) float dot_f16_avx2(const float* q, const uint16_t* k, int n) {
+__attribute__((target("avx2,fma,f16c"))) inline float dot_f16_avx2(const float* q, const void* k, int n) {
+  const auto* kh = static_cast<const uint16_t*>(k);
   __m256 acc = _mm256_setzero_ps();
   int i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + i)));
+    const __m256 kv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kh + i)));
     acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv, acc);
   }
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   float sum = _mm_cvtss_f32(s);
-  for (; i < n; ++i) sum += q[i] * fp16_to_fp32(k[i]);
+  for (; i < n; ++i) sum += q[i] * fp16_to_fp32(kh[i]);
   return sum;
 }
 
-__attribute__((target("avx2,fma,f16c"))) void axpy_f16_avx2(float a, const uint16_t* v, float* y, int n) {
+__attribute__((target("avx2,fma,f16c"))) void axpy_f16_avx2(float a, const void* v, float* y, int n) {
+  const auto* vh = static_cast<const uint16_t*>(v);
   const __m256 av = _mm256_set1_ps(a);
   int i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
+    const __m256 vv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vh + i)));
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, vv, _mm256_loadu_ps(y + i)));
   }
-  for (; i < n; ++i) y[i] += a * fp16_to_fp32(v[i]);
+  for (; i < n; ++i) y[i] += a * fp16_to_fp32(vh[i]);
 }
 
-// Scores of `heads` heads (q: their rows, one after the other) against every cell, exactly as
-// dot_f16_avx2 computes each (head_dim a multiple of 8), without a call per cell and head.
+// scores_each_cell<dot_f16_avx2> with the dot inlined (a call per cell and head costs ~7% of a
+// long prefill).
 __attribute__((target("avx2,fma,f16c"))) void scores_f16_avx2(const float* q, int heads, int hd, const CellRows& k,
                                                                size_t n, float scale, float* scores) {
-  const size_t bytes = static_cast<size_t>(hd) * 2;
-  for (size_t j = 0; j < std::min(n, kAhead); ++j) prefetch_row(k.at(j), bytes);
-  for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) prefetch_row(k.at(j + kAhead), bytes);
-    const uint16_t* kr = k.at(j);
-    for (int h = 0; h < heads; ++h) {
-      const float* qh = q + static_cast<size_t>(h) * hd;
-      __m256 acc = _mm256_setzero_ps();
-      for (int i = 0; i < hd; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kr + i))), acc);
-      __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-      s = _mm_add_ss(s, _mm_movehdup_ps(s));
-      scores[static_cast<size_t>(h) * n + j] = _mm_cvtss_f32(s) * scale;
-    }
-  }
+  scores_loop<dot_f16_avx2>(q, heads, hd, k, n, scale, scores);
 }
 
 // out[h][d0, d0 + 8 kBlocks) = sum over cells j, in order, of w[h][j] * v_j: the fused
@@ -110,8 +156,8 @@ __attribute__((target("avx2,fma,f16c"))) void values_block_f16_avx2(const float*
   __m256 acc[kBlocks];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (size_t j = 0; j < n; ++j) {
-    if (j + kAhead < n) prefetch_row(v.at(j + kAhead) + d0, kBlocks * 16);
-    const uint16_t* vr = v.at(j) + d0;
+    if (j + kAhead < n) prefetch_row(v.at(j + kAhead) + 2 * d0, kBlocks * 16);
+    const auto* vr = reinterpret_cast<const uint16_t*>(v.at(j)) + d0;
     const __m256 a = _mm256_set1_ps(w[j]);
     for (int b = 0; b < kBlocks; ++b)
       acc[b] = _mm256_fmadd_ps(a, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + 8 * b))), acc[b]);
@@ -119,7 +165,8 @@ __attribute__((target("avx2,fma,f16c"))) void values_block_f16_avx2(const float*
   for (int b = 0; b < kBlocks; ++b) _mm256_storeu_ps(out + d0 + 8 * b, acc[b]);
 }
 
-// Every head's weighted sum of V (head_dim a multiple of 8), 64 dimensions per pass.
+// values_each_cell<axpy_f16_avx2> for head dims that are multiples of 8, 64 dimensions of one
+// head per pass over the cells.
 __attribute__((target("avx2,fma,f16c"))) void values_f16_avx2(const float* w, int heads, int hd, const CellRows& v,
                                                                size_t n, float* out) {
   for (int h = 0; h < heads; ++h) {
@@ -144,20 +191,24 @@ __attribute__((target("avx2,fma,f16c"))) void values_f16_avx2(const float* w, in
 using ScoresFn = void (*)(const float* q, int heads, int hd, const CellRows& k, size_t n, float scale, float* scores);
 using ValuesFn = void (*)(const float* w, int heads, int hd, const CellRows& v, size_t n, float* out);
 
-struct F16Ops {
-  DotFn dot;
-  AxpyFn axpy;
-  // Whole-task versions for head dims that are multiples of 8 (null: none on this CPU).
-  ScoresFn scores = nullptr;
-  ValuesFn values = nullptr;
+struct RowOps {
+  ScoresFn scores;
+  ValuesFn values;
 };
 
-F16Ops pick_f16_ops() {
+// The scores and V sums for a pool dtype and head size on this CPU.
+RowOps row_ops(DType dtype, [[maybe_unused]] int hd) {  // hd: only the AVX2 path looks at it
+  switch (dtype) {
+    case DType::F32: return {scores_each_cell<dot_f32>, values_each_cell<axpy_f32>};
+    case DType::BF16: return {scores_each_cell<dot_bf16>, values_each_cell<axpy_bf16>};
+    default: break;
+  }
 #if defined(__x86_64__)
   const CpuFeatures& f = cpu_features();
-  if (f.avx2 && f.fma && f.f16c) return {dot_f16_avx2, axpy_f16_avx2, scores_f16_avx2, values_f16_avx2};
+  if (f.avx2 && f.fma && f.f16c)
+    return {scores_f16_avx2, hd % 8 == 0 ? values_f16_avx2 : values_each_cell<axpy_f16_avx2>};
 #endif
-  return {dot_f16_portable, axpy_f16_portable};
+  return {scores_each_cell<dot_f16_portable>, values_each_cell<axpy_f16_portable>};
 }
 
 // Each of `heads` rows of n scores becomes its softmax: max, exponentials summed in double in
@@ -176,21 +227,9 @@ void softmax_rows(float* scores, int heads, size_t n) {
   }
 }
 
-// Converts one K or V row of a non-f16 pool to float.
-void load_row(DType dtype, const void* src, float* dst, int n) {
-  if (dtype == DType::F32) {
-    const auto* s = static_cast<const float*>(src);
-    for (int i = 0; i < n; ++i) dst[i] = s[i];
-  } else {
-    const auto* s = static_cast<const uint16_t*>(src);
-    for (int i = 0; i < n; ++i) dst[i] = bf16_to_fp32(s[i]);
-  }
-}
-
 struct Scratch {
   std::vector<int32_t> cells;
   std::vector<float> scores;  // [the task's heads][visible cells]
-  std::vector<float> k_row, v_row;
 };
 
 }  // namespace
@@ -199,8 +238,8 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
                const TensorRef& out) {
   if (kv.dtype != DType::F16 && kv.dtype != DType::F32 && kv.dtype != DType::BF16)
     fail(ErrorCode::Unsupported, "attention over a ", dtype_name(kv.dtype), " KV pool");
-  static const F16Ops f16 = pick_f16_ops();
   const int hd = kv.head_dim;
+  const RowOps ops = row_ops(kv.dtype, hd);
   const int n_heads = static_cast<int>(q.cols / hd);
   const int group = n_heads / kv.n_kv_heads;
   // A task is a row's heads that share one KV head, or part of them: with few rows (decode)
@@ -222,8 +261,7 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
     const int64_t t = task / (kv.n_kv_heads * parts);
     const int g = static_cast<int>(task / parts % kv.n_kv_heads);
     const int h0 = static_cast<int>(task % parts) * heads_per_task;  // this task's heads of the group
-    const int h1 = std::min(group, h0 + heads_per_task);
-    const int heads = h1 - h0;
+    const int heads = std::min(group, h0 + heads_per_task) - h0;
     const int32_t pos = positions[t];
     s.cells.clear();
     for (int32_t e = kv.page_rows[t]; e < kv.page_rows[t + 1]; ++e) {
@@ -234,63 +272,18 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
       }
     }
     const size_t n = s.cells.size();
-    const float* qrow = q.row<const float>(t);
-    float* orow = out.row<float>(t);
-    for (int h = h0; h < h1; ++h) std::fill(orow + (g * group + h) * hd, orow + (g * group + h + 1) * hd, 0.0f);
-    if (n == 0) return;  // a padding row, or a cache with nothing visible: output zeros
-    s.scores.resize(n * heads);
-    s.k_row.resize(hd);
-    s.v_row.resize(hd);
-    auto k_at = [&](int32_t c) {
-      return static_cast<const char*>(kv.k) + static_cast<size_t>(c) * kv.row_stride + g * head_bytes;
-    };
-    auto v_at = [&](int32_t c) {
-      return static_cast<const char*>(kv.v) + static_cast<size_t>(c) * kv.row_stride + g * head_bytes;
-    };
-    const float* q_first = qrow + (g * group + h0) * hd;
-    float* out_first = orow + (g * group + h0) * hd;
-    if (kv.dtype == DType::F16 && f16.scores != nullptr && hd % 8 == 0) {
-      const CellRows k_rows{static_cast<const char*>(kv.k) + g * head_bytes, kv.row_stride, s.cells.data()};
-      const CellRows v_rows{static_cast<const char*>(kv.v) + g * head_bytes, kv.row_stride, s.cells.data()};
-      f16.scores(q_first, heads, hd, k_rows, n, scale, s.scores.data());
-      softmax_rows(s.scores.data(), heads, n);
-      f16.values(s.scores.data(), heads, hd, v_rows, n, out_first);
+    const float* q_heads = q.row<const float>(t) + (g * group + h0) * hd;
+    float* out_heads = out.row<float>(t) + (g * group + h0) * hd;
+    if (n == 0) {  // a padding row, or a cache with nothing visible: output zeros
+      std::fill(out_heads, out_heads + heads * hd, 0.0f);
       return;
     }
-    auto prefetch = [&](const char* row) { prefetch_row(row, head_bytes); };
-    for (size_t j = 0; j < std::min(n, kAhead); ++j) prefetch(k_at(s.cells[j]));
-    for (size_t j = 0; j < n; ++j) {
-      if (j + kAhead < n) prefetch(k_at(s.cells[j + kAhead]));
-      const void* k = k_at(s.cells[j]);
-      for (int h = h0; h < h1; ++h) {
-        const float* qh = qrow + (g * group + h) * hd;
-        float dot;
-        if (kv.dtype == DType::F16) {
-          dot = f16.dot(qh, static_cast<const uint16_t*>(k), hd);
-        } else {
-          load_row(kv.dtype, k, s.k_row.data(), hd);
-          dot = 0;
-          for (int i = 0; i < hd; ++i) dot += qh[i] * s.k_row[i];
-        }
-        s.scores[(h - h0) * n + j] = dot * scale;
-      }
-    }
+    s.scores.resize(n * heads);
+    const CellRows k_rows{static_cast<const char*>(kv.k) + g * head_bytes, kv.row_stride, head_bytes, s.cells.data()};
+    const CellRows v_rows{static_cast<const char*>(kv.v) + g * head_bytes, kv.row_stride, head_bytes, s.cells.data()};
+    ops.scores(q_heads, heads, hd, k_rows, n, scale, s.scores.data());
     softmax_rows(s.scores.data(), heads, n);
-    for (size_t j = 0; j < std::min(n, kAhead); ++j) prefetch(v_at(s.cells[j]));
-    for (size_t j = 0; j < n; ++j) {
-      if (j + kAhead < n) prefetch(v_at(s.cells[j + kAhead]));
-      const void* v = v_at(s.cells[j]);
-      if (kv.dtype != DType::F16) load_row(kv.dtype, v, s.v_row.data(), hd);
-      for (int h = h0; h < h1; ++h) {
-        float* oh = orow + (g * group + h) * hd;
-        const float w = s.scores[(h - h0) * n + j];
-        if (kv.dtype == DType::F16) {
-          f16.axpy(w, static_cast<const uint16_t*>(v), oh, hd);
-        } else {
-          for (int i = 0; i < hd; ++i) oh[i] += w * s.v_row[i];
-        }
-      }
-    }
+    ops.values(s.scores.data(), heads, hd, v_rows, n, out_heads);
   };
   if (n_tasks == 1 || pool.size() == 1) {
     for (int64_t task = 0; task < n_tasks; ++task) run(task, 0);

@@ -1,7 +1,7 @@
 // CPU attention over paged cells, the reference the CUDA kernels are held to bit for bit: the
-// right values (against a double-precision softmax over the visible cells), and the same bits
-// however many threads share the work, including decode rows whose few KV-head groups are
-// split into smaller sets of heads.
+// right values (against a double-precision softmax over the visible cells) for f16, bf16 and
+// f32 pools, and the same bits however many threads share the work, including decode rows
+// whose few KV-head groups are split into smaller sets of heads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,23 +24,50 @@ struct Case {
 
 struct PagedCache {
   int cells = 0, page = 16;
-  std::vector<uint16_t> k, v;  // [cell][kv head][dim], f16
+  DType dtype = DType::F16;
+  size_t element = 2;       // bytes per K or V element
+  std::vector<uint8_t> k, v;  // [cell][kv head][dim] of dtype
   std::vector<int32_t> cell_pos, page_rows, pages, positions;
   std::vector<float> q;
   backend::PagedKv kv;
 };
 
+// Element i of a K or V pool of the cache's dtype, widened to float.
+float element_of(const PagedCache& s, const std::vector<uint8_t>& pool, size_t i) {
+  if (s.dtype == DType::F32) {
+    float f;
+    std::memcpy(&f, &pool[i * 4], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &pool[i * 2], 2);
+  return s.dtype == DType::BF16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
+}
+
+void append_element(std::vector<uint8_t>& pool, DType dtype, float f) {
+  uint8_t bytes[4];
+  if (dtype == DType::F32) {
+    std::memcpy(bytes, &f, 4);
+  } else {
+    const uint16_t h = dtype == DType::BF16 ? fp32_to_bf16(f) : fp32_to_fp16(f);
+    std::memcpy(bytes, &h, 2);
+  }
+  pool.insert(pool.end(), bytes, bytes + (dtype == DType::F32 ? 4 : 2));
+}
+
 // `cells` cells at positions 0..cells-1 in shuffled pages (the last one part-filled); the rows
 // sit at the last positions.
-PagedCache make(const Case& c, int cells, uint32_t seed) {
+PagedCache make(const Case& c, int cells, uint32_t seed, DType dtype = DType::F16) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   PagedCache s;
   s.cells = cells;
+  s.dtype = dtype;
+  s.element = dtype == DType::F32 ? 4 : 2;
   const int width = c.n_kv_heads * c.head_dim;
   for (int i = 0; i < cells * width; ++i) {
-    s.k.push_back(fp32_to_fp16(normal(rng)));
-    s.v.push_back(fp32_to_fp16(normal(rng)));
+    append_element(s.k, dtype, normal(rng));
+    append_element(s.v, dtype, normal(rng));
   }
   const int n_pages = (cells + s.page - 1) / s.page;
   std::vector<int32_t> order(n_pages);
@@ -50,11 +77,12 @@ PagedCache make(const Case& c, int cells, uint32_t seed) {
   s.cell_pos.assign(static_cast<size_t>(n_pages * s.page), kFree);
   for (int pos = 0; pos < cells; ++pos) s.cell_pos[order[pos / s.page] * s.page + pos % s.page] = pos;
   // Cell data was written by pool row: move each position's K/V to its cell.
-  std::vector<uint16_t> k(s.cell_pos.size() * width), v(s.cell_pos.size() * width);
+  const size_t row = width * s.element;
+  std::vector<uint8_t> k(s.cell_pos.size() * row), v(s.cell_pos.size() * row);
   for (size_t cell = 0; cell < s.cell_pos.size(); ++cell)
     if (s.cell_pos[cell] != kFree) {
-      std::memcpy(&k[cell * width], &s.k[s.cell_pos[cell] * width], width * 2);
-      std::memcpy(&v[cell * width], &s.v[s.cell_pos[cell] * width], width * 2);
+      std::memcpy(&k[cell * row], &s.k[s.cell_pos[cell] * row], row);
+      std::memcpy(&v[cell * row], &s.v[s.cell_pos[cell] * row], row);
     }
   s.k = k;
   s.v = v;
@@ -65,7 +93,7 @@ PagedCache make(const Case& c, int cells, uint32_t seed) {
   }
   s.page_rows.push_back(static_cast<int32_t>(s.pages.size()));
   for (int i = 0; i < c.rows * c.n_kv_heads * c.group * c.head_dim; ++i) s.q.push_back(normal(rng));
-  s.kv = {s.k.data(), s.v.data(), static_cast<size_t>(width) * 2, DType::F16, c.n_kv_heads, c.head_dim, c.window,
+  s.kv = {s.k.data(), s.v.data(), row, dtype, c.n_kv_heads, c.head_dim, c.window,
           s.page, s.cell_pos.data(), s.page_rows.data(), s.pages.data()};
   return s;
 }
@@ -84,42 +112,45 @@ class CpuAttention : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CpuAttention, RightValuesAndTheSameBitsOnAnyThreadCount) {
   const Case c = GetParam();
-  PagedCache s = make(c, 300, 17);
-  const std::vector<float> one = run(c, s, 1);
-  for (int threads : {2, 3, 8}) {
-    const std::vector<float> many = run(c, s, threads);
-    ASSERT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0) << threads << " threads";
-  }
-  // Against softmax(q . k / sqrt(d)) . v in double over the cells each row may see.
-  const int width = c.n_kv_heads * c.head_dim;
-  const int64_t cols = static_cast<int64_t>(width) * c.group;
-  double worst = 0;
-  for (int t = 0; t < c.rows; ++t) {
-    const int pos = s.positions[t];
-    for (int head = 0; head < c.n_kv_heads * c.group; ++head) {
-      const int g = head / c.group;
-      std::vector<double> score;
-      std::vector<size_t> seen;
-      for (size_t cell = 0; cell < s.cell_pos.size(); ++cell) {
-        const int p = s.cell_pos[cell];
-        if (p > pos || (c.window > 0 && p <= pos - c.window)) continue;
-        double dot = 0;
-        for (int i = 0; i < c.head_dim; ++i)
-          dot += s.q[t * cols + head * c.head_dim + i] * fp16_to_fp32(s.k[cell * width + g * c.head_dim + i]);
-        score.push_back(dot / std::sqrt(static_cast<double>(c.head_dim)));
-        seen.push_back(cell);
-      }
-      double max = score[0], sum = 0;
-      for (double x : score) max = std::max(max, x);
-      for (double& x : score) sum += (x = std::exp(x - max));
-      for (int i = 0; i < c.head_dim; ++i) {
-        double want = 0;
-        for (size_t j = 0; j < seen.size(); ++j) want += score[j] / sum * fp16_to_fp32(s.v[seen[j] * width + g * c.head_dim + i]);
-        worst = std::max(worst, std::abs(want - one[t * cols + head * c.head_dim + i]));
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {  // every pool dtype
+    SCOPED_TRACE(dtype_name(dtype));
+    PagedCache s = make(c, 300, 17, dtype);
+    const std::vector<float> one = run(c, s, 1);
+    for (int threads : {2, 3, 8}) {
+      const std::vector<float> many = run(c, s, threads);
+      ASSERT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0) << threads << " threads";
+    }
+    // Against softmax(q . k / sqrt(d)) . v in double over the cells each row may see.
+    const int width = c.n_kv_heads * c.head_dim;
+    const int64_t cols = static_cast<int64_t>(width) * c.group;
+    double worst = 0;
+    for (int t = 0; t < c.rows; ++t) {
+      const int pos = s.positions[t];
+      for (int head = 0; head < c.n_kv_heads * c.group; ++head) {
+        const int g = head / c.group;
+        std::vector<double> score;
+        std::vector<size_t> seen;
+        for (size_t cell = 0; cell < s.cell_pos.size(); ++cell) {
+          const int p = s.cell_pos[cell];
+          if (p > pos || (c.window > 0 && p <= pos - c.window)) continue;
+          double dot = 0;
+          for (int i = 0; i < c.head_dim; ++i)
+            dot += s.q[t * cols + head * c.head_dim + i] * element_of(s, s.k, cell * width + g * c.head_dim + i);
+          score.push_back(dot / std::sqrt(static_cast<double>(c.head_dim)));
+          seen.push_back(cell);
+        }
+        double max = score[0], sum = 0;
+        for (double x : score) max = std::max(max, x);
+        for (double& x : score) sum += (x = std::exp(x - max));
+        for (int i = 0; i < c.head_dim; ++i) {
+          double want = 0;
+          for (size_t j = 0; j < seen.size(); ++j) want += score[j] / sum * element_of(s, s.v, seen[j] * width + g * c.head_dim + i);
+          worst = std::max(worst, std::abs(want - one[t * cols + head * c.head_dim + i]));
+        }
       }
     }
+    EXPECT_LT(worst, 1e-5);
   }
-  EXPECT_LT(worst, 1e-5);
 }
 
 // The arithmetic the CUDA kernels reproduce, written out in scalar form: each score is eight
@@ -147,7 +178,7 @@ std::vector<float> defined_arithmetic(const Case& c, const PagedCache& s) {
       for (size_t cell : seen) {
         float lane[8] = {};
         for (int i = 0; i < c.head_dim; ++i)
-          lane[i % 8] = std::fma(q[i], fp16_to_fp32(s.k[cell * width + g * c.head_dim + i]), lane[i % 8]);
+          lane[i % 8] = std::fma(q[i], element_of(s, s.k, cell * width + g * c.head_dim + i), lane[i % 8]);
         const float folded = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
         w.push_back(folded * scale);
       }
@@ -159,7 +190,7 @@ std::vector<float> defined_arithmetic(const Case& c, const PagedCache& s) {
       for (float& x : w) x *= inv;
       for (int i = 0; i < c.head_dim; ++i) {
         float y = 0.0f;
-        for (size_t j = 0; j < seen.size(); ++j) y = std::fma(w[j], fp16_to_fp32(s.v[seen[j] * width + g * c.head_dim + i]), y);
+        for (size_t j = 0; j < seen.size(); ++j) y = std::fma(w[j], element_of(s, s.v, seen[j] * width + g * c.head_dim + i), y);
         out[t * cols + head * c.head_dim + i] = y;
       }
     }
