@@ -38,12 +38,6 @@ Runner::Runner(runtime::Executor& executor, const tokenizer::Tokenizer& tokenize
   if (options_.max_step_tokens <= 0) options_.max_step_tokens = executor.max_write();
   if (options_.context_length <= 0) options_.context_length = executor.model_config().context_length;
   if (options_.max_waiting < 1) options_.max_waiting = 1;
-  sampling_threads_ = executor.backend().host_threads();
-  if (sampling_threads_ == nullptr) {
-    constexpr int kMostSamplingThreads = 8;  // a step draws at most a few hundred tokens
-    own_sampling_threads_ = std::make_unique<ThreadPool>(std::min(ThreadPool::hardware_threads(), kMostSamplingThreads));
-    sampling_threads_ = own_sampling_threads_.get();
-  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -450,12 +444,21 @@ void Runner::pick_and_emit(const std::vector<Session*>& owners, const runtime::S
   if (greedy || owners.size() < 2) {
     for (size_t k = 0; k < owners.size(); ++k) pick(static_cast<int64_t>(k), 0);
   } else {
+    if (sampling_threads_ == nullptr) sampling_threads_ = executor_.backend().host_threads();
+    if (sampling_threads_ == nullptr) {
+      constexpr int kMostSamplingThreads = 8;  // a step draws at most a few hundred tokens
+      own_sampling_threads_ = std::make_unique<ThreadPool>(std::min(ThreadPool::hardware_threads(), kMostSamplingThreads));
+      sampling_threads_ = own_sampling_threads_.get();
+    }
     sampling_threads_->parallel_for(static_cast<int64_t>(owners.size()), pick);
   }
   for (size_t k = 0; k < owners.size(); ++k) {
     Session& s = *owners[k];
+    if (!picks[k].error.empty()) {
+      finish(s, FinishReason::Failed, picks[k].error);
+      continue;
+    }
     try {
-      if (!picks[k].error.empty()) throw Error(ErrorCode::Internal, picks[k].error);
       emit_token(s, picks[k].token);
     } catch (const std::exception& e) {
       finish(s, FinishReason::Failed, e.what());

@@ -118,7 +118,8 @@ class Runner {
   int64_t submitted_count_ = 0;  // under mutex_
   int64_t rejected_count_ = 0;   // under mutex_
   // Threads that draw the sampled tokens of one step side by side: the backend's host threads,
-  // or, when its kernels run on a device, a pool of the runner's own.
+  // or, when its kernels run on a device, a pool of the runner's own; both looked up or made at
+  // the first step that draws several (engine thread only).
   std::unique_ptr<ThreadPool> own_sampling_threads_;
   ThreadPool* sampling_threads_ = nullptr;
   EngineMetrics metrics_;   // engine thread only

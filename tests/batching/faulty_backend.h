@@ -59,7 +59,9 @@ class FaultyBackend final : public backend::Backend {
     cpu_.gather_rows(x, rows, out);
   }
   void argmax_rows(const TensorRef& logits, int32_t* out) override { cpu_.argmax_rows(logits, out); }
-  ThreadPool* host_threads() override { return cpu_.host_threads(); }
+  // Off: the backend keeps its threads to itself, as a device backend has none to lend.
+  bool lend_host_threads = true;
+  ThreadPool* host_threads() override { return lend_host_threads ? cpu_.host_threads() : nullptr; }
   void synchronize() override { cpu_.synchronize(); }
 
  private:

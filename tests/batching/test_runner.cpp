@@ -126,30 +126,6 @@ TEST(Runner, BatchedGenerationsEqualTheirSoloRuns) {
   EXPECT_EQ(m.kv.live_cells, 0);
 }
 
-TEST(Runner, SampledGenerationsDrawnSideBySideEqualTheirSoloRuns) {
-  // Every step holds several sampled rows, drawn in parallel on the backend's threads: each
-  // generation's own seeded generator makes the tokens those of its solo run.
-  Engine e("tiny-llama", {.max_sessions = 8, .max_step_tokens = 32});
-  Results res;
-  std::vector<GenerationRequest> reqs;
-  std::vector<GenerationId> ids;
-  for (int i = 0; i < 8; ++i) {
-    GenerationRequest r = request(i, 4 + i, 24);
-    r.sampling.temperature = 1.0f + 0.1f * static_cast<float>(i);
-    r.sampling.top_p = i % 2 ? 0.9f : 1.0f;
-    r.sampling.seed = 100 + i;
-    reqs.push_back(r);
-  }
-  for (auto& r : reqs) ids.push_back(e.runner.submit(r, res.callbacks()));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const GenerationResult r = res.wait(ids[i]);
-    EXPECT_EQ(r.finish_reason, FinishReason::Length);
-    EXPECT_EQ(r.tokens, alone("tiny-llama", reqs[i])) << "generation " << i;
-  }
-  e.runner.wait_idle();
-  EXPECT_GE(e.runner.metrics().max_sequences_in_step, 2);  // rows were drawn together
-}
-
 TEST(Runner, CancellingOneLeavesTheOthersUnchanged) {
   Engine e("tiny-gemma3", {.max_sessions = 4});
   Results res;
