@@ -99,4 +99,20 @@ inline std::vector<int32_t> solo_tokens(const batching::GenerationRequest& r) {
   return res.wait(e.runner.submit(r, res.callbacks())).tokens;
 }
 
+// Submits `requests` together and checks that each ends by length with the tokens of its solo
+// run. False when one did not end within `limit`: the runner is stuck, so the caller must not
+// wait for it to go idle.
+inline bool expect_solo_runs(batching::Runner& runner, const std::vector<batching::GenerationRequest>& requests,
+                             Results& res, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  std::vector<batching::GenerationId> ids;
+  for (const auto& r : requests) ids.push_back(runner.submit(r, res.callbacks()));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const batching::GenerationResult r = res.wait(ids[i], limit);
+    if (r.id != ids[i]) return false;  // wait() reported the time-out
+    EXPECT_EQ(r.finish_reason, batching::FinishReason::Length) << r.error;
+    EXPECT_EQ(r.tokens, solo_tokens(requests[i])) << "generation " << i;
+  }
+  return true;
+}
+
 }  // namespace cellm::test

@@ -22,14 +22,7 @@ TEST(FaultGrowth, OneRefusedGrowthPreemptsAndEveryoneStillGetsTheirTokens) {
   test::CacheRecorder recorder;
   recorder.install(e.runner, e.executor.cache());
   test::Results res;
-  const auto reqs = three_small();
-  std::vector<GenerationId> ids;
-  for (const auto& r : reqs) ids.push_back(e.runner.submit(r, res.callbacks()));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const GenerationResult r = res.wait(ids[i]);
-    EXPECT_EQ(r.finish_reason, FinishReason::Length) << r.error;
-    EXPECT_EQ(r.tokens, test::solo_tokens(reqs[i])) << "generation " << i;
-  }
+  ASSERT_TRUE(test::expect_solo_runs(e.runner, three_small(), res));
   e.runner.wait_idle();
   EXPECT_EQ(e.storage().failed_growths(), 1);
   EXPECT_EQ(recorder.expect_failed_attempts_changed_nothing(), 1);
@@ -49,14 +42,8 @@ TEST(FaultGrowth, AStorageThatNeverGrowsAgainRunsWhatFitsInTurn) {
   recorder.install(e.runner, e.executor.cache());
   test::Results res;
   const auto reqs = three_small();
-  std::vector<GenerationId> ids;
-  for (const auto& r : reqs) ids.push_back(e.runner.submit(r, res.callbacks()));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const GenerationResult r = res.wait(ids[i], std::chrono::seconds(20));
-    ASSERT_FALSE(HasFailure()) << "the runner is stuck";  // then wait_idle() would never return
-    EXPECT_EQ(r.finish_reason, FinishReason::Length) << r.error;
-    EXPECT_EQ(r.tokens, test::solo_tokens(reqs[i])) << "generation " << i;
-  }
+  // A stuck runner would never go idle: stop here instead.
+  ASSERT_TRUE(test::expect_solo_runs(e.runner, reqs, res, std::chrono::seconds(20))) << "the runner is stuck";
   e.runner.wait_idle();
   const EngineMetrics m = e.runner.metrics();
   EXPECT_GE(recorder.expect_failed_attempts_changed_nothing(), 1);

@@ -15,7 +15,6 @@ TEST_P(SamplingThreads, SampledGenerationsDrawnTogetherEqualTheirSoloRuns) {
   e.backend.lend_host_threads = GetParam();  // read at the first step that draws several rows
   test::Results res;
   std::vector<GenerationRequest> reqs;
-  std::vector<GenerationId> ids;
   for (int i = 0; i < 8; ++i) {
     GenerationRequest r = test::fault_request(i, 4 + i, 16);
     r.sampling.temperature = 0.8f + 0.1f * static_cast<float>(i);
@@ -23,12 +22,7 @@ TEST_P(SamplingThreads, SampledGenerationsDrawnTogetherEqualTheirSoloRuns) {
     r.sampling.seed = 200 + i;
     reqs.push_back(r);
   }
-  for (const auto& r : reqs) ids.push_back(e.runner.submit(r, res.callbacks()));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const GenerationResult r = res.wait(ids[i]);
-    EXPECT_EQ(r.finish_reason, FinishReason::Length) << r.error;
-    EXPECT_EQ(r.tokens, test::solo_tokens(reqs[i])) << "generation " << i;
-  }
+  ASSERT_TRUE(test::expect_solo_runs(e.runner, reqs, res));
   e.runner.wait_idle();
   EXPECT_GE(e.runner.metrics().max_sequences_in_step, 2);  // rows were drawn together
 }
