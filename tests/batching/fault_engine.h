@@ -5,12 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "batching/faulty_backend.h"
+#include "batching/results.h"
 #include "batching/runner.h"
 #include "common/tiny_models.h"
 #include "gguf/file.h"
@@ -41,35 +39,6 @@ struct FaultEngine {
   FaultyBackend backend;
   runtime::Executor executor;
   batching::Runner runner;
-};
-
-// Collects finished generations by id.
-class Results {
- public:
-  batching::GenerationCallbacks callbacks() {
-    batching::GenerationCallbacks cb;
-    cb.on_finish = [this](const batching::GenerationResult& r) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_[r.id] = r;
-      cv_.notify_all();
-    };
-    return cb;
-  }
-  // Fails (instead of hanging) when the generation does not end within `limit`: a runner that
-  // livelocks on a fault must fail its test, not the CI job's time limit.
-  batching::GenerationResult wait(batching::GenerationId id, std::chrono::seconds limit = std::chrono::seconds(60)) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_for(lock, limit, [&] { return done_.count(id) > 0; })) {
-      ADD_FAILURE() << "generation " << id << " did not end within " << limit.count() << " s";
-      return {};
-    }
-    return done_[id];
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::map<batching::GenerationId, batching::GenerationResult> done_;
 };
 
 // Polls `done` for up to `limit` (for what the engine thread does without a caller waiting).

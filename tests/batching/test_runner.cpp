@@ -2,15 +2,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <future>
-#include <map>
-#include <mutex>
 #include <filesystem>
 #include <random>
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "batching/results.h"
 #include "batching/runner.h"
 #include "common/test_models.h"
 #include "common/tiny_models.h"
@@ -46,32 +44,7 @@ struct Engine {
   Runner runner;
 };
 
-// Collects results by id.
-struct Results {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::map<GenerationId, GenerationResult> done;
-  std::map<GenerationId, std::string> streamed;
-
-  GenerationCallbacks callbacks() {
-    GenerationCallbacks cb;
-    cb.on_token = [this](GenerationId id, int32_t, const std::string& text) {
-      std::lock_guard<std::mutex> lock(mutex);
-      streamed[id] += text;
-    };
-    cb.on_finish = [this](const GenerationResult& r) {
-      std::lock_guard<std::mutex> lock(mutex);
-      done[r.id] = r;
-      cv.notify_all();
-    };
-    return cb;
-  }
-  GenerationResult wait(GenerationId id) {
-    std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, [&] { return done.count(id) > 0; });
-    return done[id];
-  }
-};
+using test::Results;
 
 GenerationRequest request(int salt, int prompt_len, int max_tokens) {
   GenerationRequest r;
@@ -118,7 +91,7 @@ TEST(Runner, BatchedGenerationsEqualTheirSoloRuns) {
     EXPECT_EQ(r.finish_reason, FinishReason::Length);
     EXPECT_EQ(r.tokens.size(), static_cast<size_t>(10 + i));
     EXPECT_EQ(r.tokens, alone("tiny-llama", reqs[i])) << "generation " << i;
-    EXPECT_EQ(res.streamed[ids[i]], r.text);
+    EXPECT_EQ(res.streamed(ids[i]), r.text);
   }
   e.runner.wait_idle();
   const EngineMetrics m = e.runner.metrics();
