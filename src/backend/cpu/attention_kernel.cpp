@@ -1,9 +1,11 @@
-// Attention over the cells of the off-graph cache. Each query row walks only its own page list
+// Attention over the cells of the off-graph cache, in the order backend/attention_order.h
+// defines (the CUDA kernel computes the same bits). Each query row walks only its own page list
 // (cost follows what the row can see, not the pool), keeps the cells that pass the causal and
-// window test, and computes a two-pass softmax: scores, then the weighted sum of V in the
-// order of the page list. Heads that share a KV head are processed together so each K and V
-// row is loaded once per group; decode rows, too few to keep every thread busy that way, split
-// their groups. Cells are walked through rows prefetched a few cells ahead.
+// window test, and takes them a chunk at a time: scores, exponentials against the chunk's max,
+// the weighted sum of V in list order, folded into the running result. Heads that share a KV
+// head are processed together so each K and V row is loaded once per group; decode rows, too
+// few to keep every thread busy that way, split their groups. Cells are walked through rows
+// prefetched a few cells ahead.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -12,6 +14,7 @@
 #include <immintrin.h>
 #endif
 
+#include "backend/attention_order.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/exp_glibc.h"
 #include "backend/cpu/f16_table.h"
@@ -220,25 +223,37 @@ RowOps row_ops(DType dtype, [[maybe_unused]] int hd) {  // hd: only the AVX2 pat
   return {scores_each_cell<dot_f16_portable>, values_each_cell<axpy_f16_portable>};
 }
 
-// Each of `heads` rows of n scores becomes its softmax: max, exponentials summed in double in
-// cell order, one reciprocal.
-void softmax_rows(float* scores, int heads, size_t n) {
+// Each of `heads` rows of n scores becomes e_j = expf(s_j - m_c) in place; m_c and l_c (the
+// sum of the e_j in cell order) per head go to max[h] and sum[h].
+void exponentiate_rows(float* scores, int heads, size_t n, float* max, float* sum) {
   for (int h = 0; h < heads; ++h) {
     float* sc = scores + static_cast<size_t>(h) * n;
-    float max = sc[0];
-    for (size_t j = 1; j < n; ++j) max = std::max(max, sc[j]);
-    for (size_t j = 0; j < n; ++j) sc[j] -= max;
+    float m = sc[0];
+    for (size_t j = 1; j < n; ++j) m = std::max(m, sc[j]);
+    for (size_t j = 0; j < n; ++j) sc[j] -= m;
     exp_in_place(sc, n);  // std::exp's bits, several at a time
-    double sum = 0;
-    for (size_t j = 0; j < n; ++j) sum += sc[j];
-    const float inv = static_cast<float>(1.0 / sum);
-    for (size_t j = 0; j < n; ++j) sc[j] *= inv;
+    float l = 0.0f;
+    for (size_t j = 0; j < n; ++j) l += sc[j];
+    max[h] = m;
+    sum[h] = l;
   }
 }
 
+// Folds a chunk's (m_c, l_c, o_c) into the running (m, l, o) of one head (attention_order.h).
+void fold_chunk(float& m, float& l, float* o, float m_c, float l_c, const float* o_c, int hd) {
+  const float m_new = std::max(m, m_c);
+  const float a = std::exp(m - m_new), b = std::exp(m_c - m_new);
+  l = l * a + l_c * b;
+  for (int d = 0; d < hd; ++d) o[d] = o[d] * a + o_c[d] * b;
+  m = m_new;
+}
+
 struct Scratch {
-  std::vector<int32_t> cells;
-  std::vector<float> scores;  // [the task's heads][visible cells]
+  std::vector<int32_t> cells;   // the task's visible cells, in list order
+  std::vector<int32_t> chunks;  // the chunk (list entry / kAttentionChunk) of each
+  std::vector<float> scores;    // [the task's heads][the chunk's visible cells]
+  std::vector<float> chunk_out;  // [heads][hd]: o_c of chunks after the first
+  std::vector<float> max, sum, chunk_max, chunk_sum;  // [heads]
 };
 
 }  // namespace
@@ -253,9 +268,8 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
   const int group = n_heads / kv.n_kv_heads;
   // A task is a row's heads that share one KV head, or part of them: with few rows (decode)
   // whole groups would leave threads idle (Gemma 3 270M has one KV head: one task per row).
-  // Each head's arithmetic is the same however its group is cut (its scores, softmax and V sum
-  // in cell order), so the bits do not change; a part only reads the K and V rows once for
-  // itself instead of once for the whole group.
+  // Each head's arithmetic is the same however its group is cut, so the bits do not change;
+  // a part only reads the K and V rows once for itself instead of once for the whole group.
   const int64_t row_groups = q.rows * kv.n_kv_heads;
   const int64_t wanted_parts = (4 * static_cast<int64_t>(pool.size()) + row_groups - 1) / row_groups;
   const int heads_per_task =
@@ -273,26 +287,52 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
     const int heads = std::min(group, h0 + heads_per_task) - h0;
     const int32_t pos = positions[t];
     s.cells.clear();
+    s.chunks.clear();
+    int32_t entry = 0;  // list entry of the cell below
     for (int32_t e = kv.page_rows[t]; e < kv.page_rows[t + 1]; ++e) {
       const int32_t first = kv.pages[e] * kv.page_size;
-      for (int32_t c = first; c < first + kv.page_size; ++c) {
+      for (int32_t c = first; c < first + kv.page_size; ++c, ++entry) {
         const int32_t p = kv.cell_pos[c];
-        if (p <= pos && (kv.window == 0 || p > pos - kv.window)) s.cells.push_back(c);
+        if (p <= pos && (kv.window == 0 || p > pos - kv.window)) {
+          s.cells.push_back(c);
+          s.chunks.push_back(entry / backend::kAttentionChunk);
+        }
       }
     }
-    const size_t n = s.cells.size();
     const float* q_heads = q.row<const float>(t) + (g * group + h0) * hd;
     float* out_heads = out.row<float>(t) + (g * group + h0) * hd;
-    if (n == 0) {  // a padding row, or a cache with nothing visible: output zeros
+    if (s.cells.empty()) {  // a padding row, or a cache with nothing visible: output zeros
       std::fill(out_heads, out_heads + heads * hd, 0.0f);
       return;
     }
-    s.scores.resize(n * heads);
-    const CellRows k_rows{static_cast<const char*>(kv.k) + g * head_bytes, kv.row_stride, head_bytes, s.cells.data()};
-    const CellRows v_rows{static_cast<const char*>(kv.v) + g * head_bytes, kv.row_stride, head_bytes, s.cells.data()};
-    ops.scores(q_heads, heads, hd, k_rows, n, scale, s.scores.data());
-    softmax_rows(s.scores.data(), heads, n);
-    ops.values(s.scores.data(), heads, hd, v_rows, n, out_heads);
+    s.max.resize(heads);
+    s.sum.resize(heads);
+    s.chunk_max.resize(heads);
+    s.chunk_sum.resize(heads);
+    s.chunk_out.resize(static_cast<size_t>(heads) * hd);
+    const size_t total = s.cells.size();
+    for (size_t begin = 0; begin < total;) {
+      size_t end = begin + 1;
+      while (end < total && s.chunks[end] == s.chunks[begin]) ++end;
+      const size_t n = end - begin;
+      s.scores.resize(n * heads);
+      const CellRows k_rows{static_cast<const char*>(kv.k) + g * head_bytes, kv.row_stride, head_bytes,
+                            s.cells.data() + begin};
+      const CellRows v_rows{static_cast<const char*>(kv.v) + g * head_bytes, kv.row_stride, head_bytes,
+                            s.cells.data() + begin};
+      ops.scores(q_heads, heads, hd, k_rows, n, scale, s.scores.data());
+      const bool first = begin == 0;
+      exponentiate_rows(s.scores.data(), heads, n, first ? s.max.data() : s.chunk_max.data(),
+                        first ? s.sum.data() : s.chunk_sum.data());
+      ops.values(s.scores.data(), heads, hd, v_rows, n, first ? out_heads : s.chunk_out.data());
+      if (!first)
+        for (int h = 0; h < heads; ++h)
+          fold_chunk(s.max[h], s.sum[h], out_heads + static_cast<size_t>(h) * hd, s.chunk_max[h], s.chunk_sum[h],
+                     s.chunk_out.data() + static_cast<size_t>(h) * hd, hd);
+      begin = end;
+    }
+    for (int h = 0; h < heads; ++h)
+      for (int d = 0; d < hd; ++d) out_heads[static_cast<size_t>(h) * hd + d] /= s.sum[h];
   };
   if (n_tasks == 1 || pool.size() == 1) {
     for (int64_t task = 0; task < n_tasks; ++task) run(task, 0);

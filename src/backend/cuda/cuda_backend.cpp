@@ -17,16 +17,6 @@ namespace {
 // Weight rows are padded to this many bytes so the GEMV's vector loads stay aligned.
 constexpr size_t kWeightRowAlignment = 16;
 
-// CELLM_CUDA_ATTENTION: "exact" (default) computes the CPU's attention bit for bit, so GPU and
-// CPU tokens agree; "split" is the flash-decoding kernel, faster for long contexts (its
-// softmax is online, so its last bits differ from the CPU's).
-bool exact_attention_from_env() {
-  const char* v = std::getenv("CELLM_CUDA_ATTENTION");
-  if (v == nullptr || *v == '\0' || std::string(v) == "exact") return true;
-  if (std::string(v) == "split") return false;
-  fail(ErrorCode::InvalidArgument, "CELLM_CUDA_ATTENTION must be 'exact' or 'split', not '", v, "'");
-}
-
 }  // namespace
 
 std::unique_ptr<backend::Backend> create_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
@@ -53,12 +43,11 @@ CudaBackend::CudaBackend(int device) : device_(device), memory_(device) {
   }
   vmm_supported_ = device_supports_vmm(device_);
   kv_growth_ = kv_growth_from_env(vmm_supported_);
-  exact_attention_ = exact_attention_from_env();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   try {
     matmul_ = std::make_unique<Matmul>(stream_, memory_);
     rope_tables_ = std::make_unique<RopeTables>(memory_);
-    attention_partials_floats_ = attention_partials_floats(sm_count_);
+    attention_partials_floats_ = attention_partials_floats();
     attention_partials_ =
         static_cast<float*>(memory_.allocate(attention_partials_floats_ * sizeof(float), "attention partials"));
   } catch (...) {
@@ -85,7 +74,7 @@ void CudaBackend::free_all() {
 std::string CudaBackend::description() const {
   std::ostringstream out;
   out << "cuda (" << device_name_ << ", sm_" << sm_major_ << sm_minor_ << ", " << sm_count_ << " SMs, KV growth "
-      << kv_growth_name(kv_growth_) << ", attention " << (exact_attention_ ? "exact" : "split") << ")";
+      << kv_growth_name(kv_growth_) << ")";
   return out.str();
 }
 
@@ -186,7 +175,6 @@ void CudaBackend::kv_store(const TensorRef& k, const TensorRef& v, const backend
 void CudaBackend::attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                             const TensorRef& out) {
   use_device(device_);
-  if (exact_attention_ && attention_exact_supported(q, kv)) return launch_attention_exact(q, kv, positions, scale, out, stream_);
   launch_attention(q, kv, positions, scale, out, {attention_partials_, attention_partials_floats_, sm_count_}, stream_);
 }
 

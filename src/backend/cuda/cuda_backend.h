@@ -79,7 +79,6 @@ class CudaBackend final : public backend::Backend {
   int sm_count_ = 1;
   bool vmm_supported_ = false;
   KvGrowth kv_growth_ = KvGrowth::Copy;
-  bool exact_attention_ = true;  // CELLM_CUDA_ATTENTION (cuda_backend.cpp)
   cudaStream_t stream_ = nullptr;
   DeviceMemory memory_;
   std::unique_ptr<Matmul> matmul_;

@@ -42,10 +42,11 @@ void launch_dequantize_bf16(const TensorRef& w, int64_t row0, int64_t rows, void
 // Rows [row0, row0 + rows) of the f32 activations x as dense bf16, contiguous.
 void launch_convert_bf16(const TensorRef& x, int64_t row0, int64_t rows, void* dst, cudaStream_t stream);
 
-// --- attention --------------------------------------------------------------------------------
-// The context of each row may be split over several blocks (flash-decoding); their partial
-// results go to `partials` and a second kernel merges them. attention_partials_floats() is
-// the most a call on a device with `sm_count` multiprocessors can need.
+// --- attention ---------------------------------------------------------------------------------
+// In the order of backend/attention_order.h (the CPU's bits). A long context of a few rows is
+// split over blocks whose per-chunk results go to `partials`, folded by a second kernel;
+// attention_partials_floats() is the workspace the backend allocates (smaller is allowed: rows
+// that do not fit fold in place, slower, same bits).
 struct AttentionWorkspace {
   float* partials = nullptr;
   size_t capacity_floats = 0;
@@ -53,12 +54,7 @@ struct AttentionWorkspace {
 };
 inline constexpr int kAttentionMaxHeadDim = 256;
 inline constexpr int kAttentionMaxGroupDims = 4096;  // query heads per KV head x head_dim
-size_t attention_partials_floats(int sm_count);
-// The CPU's attention, bit for bit (attention_exact.cu): the default; the split kernel above is
-// faster for long contexts (CELLM_CUDA_ATTENTION=split).
-bool attention_exact_supported(const TensorRef& q, const backend::PagedKv& kv);
-void launch_attention_exact(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
-                            const TensorRef& out, cudaStream_t stream);
+size_t attention_partials_floats();
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                       const TensorRef& out, const AttentionWorkspace& workspace, cudaStream_t stream);
 

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/attention_order.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
@@ -153,11 +154,11 @@ TEST_P(CpuAttention, RightValuesAndTheSameBitsOnAnyThreadCount) {
   }
 }
 
-// The arithmetic the CUDA kernels reproduce, written out in scalar form: each score is eight
-// lane sums of fused multiply-adds over the head dims in steps of 8, folded as
-// (l0+l4 + l2+l6) + (l1+l5 + l3+l7), times the scale; the softmax takes exponentials summed in
-// double in cell order; each output element is a chain of fused multiply-adds over the cells
-// in order, from +0. The kernels must give exactly these bits.
+// The arithmetic the CUDA kernel reproduces (backend/attention_order.h), written out in scalar
+// form: the row's page list cut into chunks of kAttentionChunk entries; per chunk, scores as
+// eight lane sums of fused multiply-adds folded ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) times the
+// scale, exponentials against the chunk's max summed in float in cell order, V summed with
+// fused multiply-adds in cell order; chunks folded left to right; the output o / l.
 std::vector<float> defined_arithmetic(const Case& c, const PagedCache& s) {
   const int width = c.n_kv_heads * c.head_dim;
   const int64_t cols = static_cast<int64_t>(width) * c.group;
@@ -165,34 +166,52 @@ std::vector<float> defined_arithmetic(const Case& c, const PagedCache& s) {
   std::vector<float> out(static_cast<size_t>(c.rows * cols), 0.0f);
   for (int t = 0; t < c.rows; ++t) {
     const int pos = s.positions[t];
-    std::vector<size_t> seen;  // in page-list order, as the kernel walks them
+    std::vector<std::vector<size_t>> chunks;  // visible cells of each chunk, in page-list order
+    int entry = 0;
     for (int e = s.page_rows[t]; e < s.page_rows[t + 1]; ++e)
-      for (int cell = s.pages[e] * s.page; cell < (s.pages[e] + 1) * s.page; ++cell) {
+      for (int cell = s.pages[e] * s.page; cell < (s.pages[e] + 1) * s.page; ++cell, ++entry) {
+        if (entry % backend::kAttentionChunk == 0) chunks.emplace_back();
         const int p = s.cell_pos[cell];
-        if (p <= pos && (c.window == 0 || p > pos - c.window)) seen.push_back(static_cast<size_t>(cell));
+        if (p <= pos && (c.window == 0 || p > pos - c.window)) chunks.back().push_back(static_cast<size_t>(cell));
       }
     for (int head = 0; head < c.n_kv_heads * c.group; ++head) {
       const int g = head / c.group;
       const float* q = &s.q[t * cols + head * c.head_dim];
-      std::vector<float> w;
-      for (size_t cell : seen) {
-        float lane[8] = {};
-        for (int i = 0; i < c.head_dim; ++i)
-          lane[i % 8] = std::fma(q[i], element_of(s, s.k, cell * width + g * c.head_dim + i), lane[i % 8]);
-        const float folded = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-        w.push_back(folded * scale);
+      bool started = false;
+      float m = 0, l = 0;
+      std::vector<float> o(c.head_dim);
+      for (const std::vector<size_t>& seen : chunks) {
+        if (seen.empty()) continue;
+        std::vector<float> w;
+        for (size_t cell : seen) {
+          float lane[8] = {};
+          for (int i = 0; i < c.head_dim; ++i)
+            lane[i % 8] = std::fma(q[i], element_of(s, s.k, cell * width + g * c.head_dim + i), lane[i % 8]);
+          const float folded =
+              ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+          w.push_back(folded * scale);
+        }
+        float m_c = w[0], l_c = 0.0f;
+        for (float x : w) m_c = std::max(m_c, x);
+        for (float& x : w) l_c += (x = std::exp(x - m_c));
+        std::vector<float> o_c(c.head_dim);
+        for (int i = 0; i < c.head_dim; ++i) {
+          float y = 0.0f;
+          for (size_t j = 0; j < seen.size(); ++j)
+            y = std::fma(w[j], element_of(s, s.v, seen[j] * width + g * c.head_dim + i), y);
+          o_c[i] = y;
+        }
+        if (!started) {
+          m = m_c, l = l_c, o = o_c, started = true;
+          continue;
+        }
+        const float m_new = std::max(m, m_c);
+        const float a = std::exp(m - m_new), b = std::exp(m_c - m_new);
+        l = l * a + l_c * b;
+        for (int i = 0; i < c.head_dim; ++i) o[i] = o[i] * a + o_c[i] * b;
+        m = m_new;
       }
-      float max = w[0];
-      for (float x : w) max = std::max(max, x);
-      double sum = 0;
-      for (float& x : w) sum += (x = std::exp(x - max));
-      const float inv = static_cast<float>(1.0 / sum);
-      for (float& x : w) x *= inv;
-      for (int i = 0; i < c.head_dim; ++i) {
-        float y = 0.0f;
-        for (size_t j = 0; j < seen.size(); ++j) y = std::fma(w[j], element_of(s, s.v, seen[j] * width + g * c.head_dim + i), y);
-        out[t * cols + head * c.head_dim + i] = y;
-      }
+      for (int i = 0; i < c.head_dim; ++i) out[t * cols + head * c.head_dim + i] = started ? o[i] / l : 0.0f;
     }
   }
   return out;

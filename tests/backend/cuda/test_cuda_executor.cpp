@@ -123,7 +123,7 @@ void run_synthetic(CudaBackend& gpu, const SyntheticModel& model, const char* wh
   Sequence a = twins.start(prompt(21)), b = twins.start(prompt(5));
   StepComparison cmp;
   twins.step({&a, &b}, cmp);  // one prefill step for both prompts (26 rows: tensor-core path)
-  for (int i = 0; i < 12; ++i) twins.step({&a, &b}, cmp);  // decode steps (GEMV, split attention)
+  for (int i = 0; i < 12; ++i) twins.step({&a, &b}, cmp);  // decode steps (GEMV, attention split over blocks)
   Sequence c = twins.start(prompt(3));
   twins.step({&c}, cmp);
   for (int i = 0; i < 4; ++i) twins.step({&a, &c, &b}, cmp);  // a three-row decode bucket (padded to 4)
