@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/f16_table.h"
+#include "backend/rms_norm_order.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -28,6 +29,24 @@ void for_rows(ThreadPool& pool, int64_t rows, int64_t cols, Fn&& fn) {
     const Chunk c = chunk_of(rows, tasks, task);
     fn(c.begin, c.end);
   });
+}
+
+// The sum of x_i^2 over n elements in the order of rms_norm_order.h.
+double sum_of_squares(const float* x, int32_t n) {
+  constexpr int kParts = backend::kRmsNormPartials;
+  double part[kParts] = {};
+  int32_t base = 0;
+  for (; base + kParts <= n; base += kParts)
+    for (int p = 0; p < kParts; ++p) part[p] += static_cast<double>(x[base + p]) * x[base + p];
+  for (int p = 0; base + p < n; ++p) part[p] += static_cast<double>(x[base + p]) * x[base + p];
+  for (int w = 0; w < kParts; w += 32)
+    for (int s = 16; s >= 1; s /= 2)
+      for (int l = 0; l < s; ++l) part[w + l] += part[w + l + s];
+  double runs[kParts / 32];
+  for (int w = 0; w < kParts / 32; ++w) runs[w] = part[32 * w];
+  for (int s = kParts / 64; s >= 1; s /= 2)
+    for (int w = 0; w < s; ++w) runs[w] += runs[w + s];
+  return runs[0];
 }
 
 void require_f32(const TensorRef& t, const char* what) {
@@ -60,9 +79,8 @@ void rms_norm(ThreadPool& pool, const TensorRef& x, const float* weight, int32_t
       const float* xr = x.row<const float>(t);
       float* yr = out.row<float>(t);
       for (int64_t g = 0; g < x.cols; g += group) {
-        // The sum of squares in double, as ggml does, so long rows lose nothing to rounding.
-        double sum = 0;
-        for (int32_t i = 0; i < group; ++i) sum += static_cast<double>(xr[g + i]) * xr[g + i];
+        // The sum of squares in double, so long rows lose nothing to rounding.
+        const double sum = sum_of_squares(xr + g, group);
         const float mean = static_cast<float>(sum / group);
         const float inv = 1.0f / std::sqrt(mean + eps);
         for (int32_t i = 0; i < group; ++i) yr[g + i] = (xr[g + i] * inv) * weight[i];
