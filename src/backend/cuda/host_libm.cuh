@@ -15,11 +15,11 @@
 
 namespace cellm::cuda::libm {
 
-// asuint64(2^(i/32)) - (i << 47): the table of glibc's __exp2f_data.
-__device__ __forceinline__ uint64_t exp2f_table(int i) {
-  constexpr uint64_t kTab[32] = CELLM_GLIBC_EXP2F_TABLE;
-  return kTab[i];
-}
+// asuint64(2^(i/32)) - (i << 47): the table of glibc's __exp2f_data. In global memory (read
+// through L1): a table local to the function would be rebuilt in local memory at every call.
+static __device__ const uint64_t kExp2fTable[32] = CELLM_GLIBC_EXP2F_TABLE;
+
+__device__ __forceinline__ uint64_t exp2f_table(int i) { return __ldg(&kExp2fTable[i]); }
 
 __device__ __forceinline__ float expf_glibc(float x) {
   constexpr double kInvLn2N = 0x1.71547652b82fep+0 * 32, kShift = 0x1.8p+52;

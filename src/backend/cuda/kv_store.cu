@@ -13,12 +13,14 @@ constexpr int kThreads = 128;
 __global__ void __launch_bounds__(kThreads) kv_store_kernel(const float* k, size_t k_stride, const float* v,
                                                             size_t v_stride, int64_t cols, char* k_pool, char* v_pool,
                                                             size_t pool_stride, DType dtype, const int32_t* cells) {
-  const int t = blockIdx.x;
-  if (cells[t] < 0) return;  // a padding row writes nothing
+  // A thread per element (blockIdx.x: which kThreads of the row; y: K or V; z: the row).
+  const int t = blockIdx.z;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (cells[t] < 0 || i >= cols) return;  // a padding row writes nothing
   const size_t offset = static_cast<size_t>(cells[t]) * pool_stride;
   const float* src = blockIdx.y == 0 ? k + t * k_stride : v + t * v_stride;
   void* dst = (blockIdx.y == 0 ? k_pool : v_pool) + offset;
-  for (int64_t i = threadIdx.x; i < cols; i += kThreads) store_plain(dtype, dst, i, src[i]);
+  store_plain(dtype, dst, i, src[i]);
 }
 
 }  // namespace
@@ -27,7 +29,8 @@ void launch_kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDe
   if (!is_plain(dst.dtype)) fail(ErrorCode::Unsupported, "KV dtype ", dtype_name(dst.dtype), " on CUDA");
   if (k.cols != v.cols || k.rows != v.rows) fail(ErrorCode::Internal, "kv_store: K and V shapes differ");
   if (k.rows == 0) return;
-  const dim3 grid(static_cast<unsigned>(k.rows), 2);
+  if (k.rows > 65535) fail(ErrorCode::Internal, "kv_store over ", k.rows, " rows exceeds the grid");
+  const dim3 grid(static_cast<unsigned>((k.cols + kThreads - 1) / kThreads), 2, static_cast<unsigned>(k.rows));
   kv_store_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(k.data), k.row_stride / sizeof(float),
                                                  static_cast<const float*>(v.data), v.row_stride / sizeof(float), k.cols,
                                                  static_cast<char*>(dst.k), static_cast<char*>(dst.v), dst.row_stride,

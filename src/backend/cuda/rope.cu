@@ -1,4 +1,4 @@
-// Rotary position embedding, in place, one block per row. Cos and sin come from the host-built
+// Rotary position embedding, in place, one thread per rotated pair. Cos and sin come from the host-built
 // table (rope_table.h: the CPU's bits) for positions it covers; beyond it the angle of pair i
 // is pos * freq_scale * theta_scale^i built by repeated multiplication in float, as the CPU
 // kernel (and ggml) do, with cos/sin evaluated in double and rounded once (the correctly
@@ -29,35 +29,31 @@ struct RopeArgs {
   const float2* table;  // [kRopeTablePositions][half] or null
 };
 
+// A thread per rotated pair (head h, pair i) of row blockIdx.y: a row's pairs spread over
+// blocks, so no thread walks a row's pairs one global load after another.
 __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
-  extern __shared__ float cos_sin[];  // [half][2]
-  const int t = blockIdx.x;
+  const int t = blockIdx.y;
+  const int p = blockIdx.x * kThreads + threadIdx.x;
+  if (p >= a.n_heads * a.half) return;
+  const int h = p / a.half, i = p % a.half;
   const int32_t pos = a.positions[t];
-  const bool tabled = a.table != nullptr && pos >= 0 && pos < kRopeTablePositions;
-  for (int i = threadIdx.x; i < a.half; i += kThreads) {
-    if (tabled) {
-      const float2 cs = a.table[static_cast<size_t>(pos) * a.half + i];
-      cos_sin[2 * i] = cs.x;
-      cos_sin[2 * i + 1] = cs.y;
-    } else {
-      float theta = __fmul_rn(static_cast<float>(pos), a.freq_scale);
-      for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, a.theta_scale);
-      cos_sin[2 * i] = static_cast<float>(cos(static_cast<double>(theta)));
-      cos_sin[2 * i + 1] = static_cast<float>(sin(static_cast<double>(theta)));
-    }
+  float c, s;
+  if (a.table != nullptr && pos >= 0 && pos < kRopeTablePositions) {
+    const float2 cs = a.table[static_cast<size_t>(pos) * a.half + i];
+    c = cs.x;
+    s = cs.y;
+  } else {
+    float theta = __fmul_rn(static_cast<float>(pos), a.freq_scale);
+    for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, a.theta_scale);
+    c = static_cast<float>(cos(static_cast<double>(theta)));
+    s = static_cast<float>(sin(static_cast<double>(theta)));
   }
-  __syncthreads();
-  float* row = a.x + t * a.stride;
-  for (int p = threadIdx.x; p < a.n_heads * a.half; p += kThreads) {
-    const int h = p / a.half, i = p % a.half;
-    float* head = row + static_cast<size_t>(h) * a.head_dim;
-    const int ia = a.interleaved ? 2 * i : i;
-    const int ib = a.interleaved ? 2 * i + 1 : i + a.half;
-    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-    const float x0 = head[ia], x1 = head[ib];
-    head[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    head[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-  }
+  float* head = a.x + t * a.stride + static_cast<size_t>(h) * a.head_dim;
+  const int ia = a.interleaved ? 2 * i : i;
+  const int ib = a.interleaved ? 2 * i + 1 : i + a.half;
+  const float x0 = head[ia], x1 = head[ib];
+  head[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  head[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
 }  // namespace
@@ -74,7 +70,10 @@ void launch_rope(const TensorRef& x, const int32_t* positions, const backend::Ro
   const RopeArgs args{static_cast<float*>(x.data), x.row_stride / sizeof(float), positions, p.n_heads, p.head_dim,
                       p.rope_dim / 2, p.freq_scale, theta_scale, p.layout == backend::RopeLayout::Interleaved,
                       table};
-  rope_kernel<<<static_cast<unsigned>(x.rows), kThreads, sizeof(float) * p.rope_dim, stream>>>(args);
+  if (x.rows > 65535) fail(ErrorCode::Internal, "rope over ", x.rows, " rows exceeds the grid");
+  const int64_t pairs = int64_t{p.n_heads} * (p.rope_dim / 2);
+  const dim3 grid(static_cast<unsigned>((pairs + kThreads - 1) / kThreads), static_cast<unsigned>(x.rows));
+  rope_kernel<<<grid, kThreads, 0, stream>>>(args);
   check_launch("rope kernel");
 }
 
