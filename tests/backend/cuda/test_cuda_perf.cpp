@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
 #include "backend/cuda/matmul.h"
 #include "cuda_test_support.h"
@@ -58,12 +60,46 @@ TEST(CudaPerf, MatmulThroughput) {
   }
 }
 
+// One activation row against llama3-8b's matrix shapes, the single-stream decode case. Each
+// shape is placed in enough copies to pass 256 MB and the calls cycle through them, so the
+// weights come from HBM as in a model's layers, not from the 50 MB L2.
+TEST(CudaPerf, GemvModelShapes) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  struct Shape {
+    const char* what;
+    int64_t n, k;
+  };
+  for (DType type : {DType::Q4_K, DType::Q6_K, DType::BF16}) {
+    for (const Shape& sh : {Shape{"q+k+v", 6144, 4096}, Shape{"o", 4096, 4096}, Shape{"gate+up", 28672, 4096},
+                            Shape{"down", 4096, 14336}, Shape{"output", 128256, 4096}}) {
+      const size_t bytes = row_bytes(type, sh.k) * sh.n;
+      const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / bytes + 1));
+      std::vector<TensorRef> placed;
+      {
+        const std::vector<uint8_t> host = random_weight_bytes(bytes, 1);
+        for (int c = 0; c < copies; ++c)
+          placed.push_back(gpu.place_weight({const_cast<uint8_t*>(host.data()), type, sh.n, sh.k, row_bytes(type, sh.k)}, "perf"));
+      }
+      const Rows x = random_rows(1, sh.k, 5);
+      DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(sh.n) * sizeof(float));
+      const TensorRef gx = Rows::device_ref(d_x, 1, sh.k), gout = Rows::device_ref(d_out, 1, sh.n);
+      int next = 0;
+      const double ms = time_ms(gpu, 4 * copies, [&] { gpu.matmul(gx, placed[next++ % copies], nullptr, gout); });
+      std::printf("[ perf ] gemv %-5s %-8s N=%-6lld K=%-6lld %8.4f ms  weights %7.1f GB/s\n",
+                  std::string(dtype_name(type)).c_str(), sh.what, static_cast<long long>(sh.n),
+                  static_cast<long long>(sh.k), ms, bytes / ms / 1e6);
+      for (const TensorRef& p : placed) gpu.release(p.data);
+    }
+  }
+}
+
 TEST(CudaPerf, AttentionDecodeThroughput) {
   CELLM_REQUIRE_GPU(gpu);
   if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
   const int32_t n_kv = 8, hd = 128, group = 4, P = 16;
   const size_t row_stride = size_t{2} * n_kv * hd * 2;  // this layer's K and V
-  for (int32_t context : {1024, 8192, 32768}) {
+  for (int32_t context : {64, 1024, 8192, 32768}) {
     for (int32_t rows : {1, 8, 64}) {
       const int32_t pages_per_row = context / P;
       const int64_t pool_rows = int64_t{pages_per_row} * P * rows;
