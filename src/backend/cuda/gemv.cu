@@ -64,14 +64,21 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_quantized_kernel(GemvArgs a
   const int64_t iterations = (end_row - first_row) * steps_per_row;
 
   // Copies: iteration i's step into ring slot i % kStages.
-  int64_t copy_row = first_row, copy_iter = 0;
+  int64_t copy_iter = 0;
   int copy_step = 0, copy_slot = 0;
+  const uint8_t* copy_row_start = a.w + static_cast<size_t>(first_row) * a.w_stride;
   auto issue_copy = [&] {
     if (copy_iter < iterations) {
-      const uint8_t* src = a.w + static_cast<size_t>(copy_row) * a.w_stride + static_cast<size_t>(copy_step) * S::kBytes;
+      const uint8_t* src = copy_row_start + copy_step * S::kBytes;
       const int chunks = (min(S::kBytes, row_bytes - copy_step * S::kBytes) + 15) / 16;
-      for (int c = lane; c < chunks; c += 32) cp_async16(&ring[warp][copy_slot][16 * c], src + 16 * c);
-      if (++copy_step == steps_per_row) copy_step = 0, ++copy_row;
+      // A fixed trip count (the step's whole chunks over 32 lanes), predicated: a loop bound
+      // known only at run time cost more instructions per step than the copies themselves.
+#pragma unroll
+      for (int k = 0; k < (S::kBytes / 16 + 31) / 32; ++k) {
+        const int c = lane + 32 * k;
+        if (c < chunks) cp_async16(&ring[warp][copy_slot][16 * c], src + 16 * c);
+      }
+      if (++copy_step == steps_per_row) copy_step = 0, copy_row_start += a.w_stride;
       copy_slot = copy_slot + 1 == S::kStages ? 0 : copy_slot + 1;
     }
     ++copy_iter;
@@ -81,9 +88,20 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_quantized_kernel(GemvArgs a
   for (int s = 0; s < S::kStages - 1; ++s) issue_copy();
 
   const int local = lane / F::kLanes, part = lane % F::kLanes;
-  int64_t act_row[T];  // rows past the tile's end repeat its last row (computed, not stored)
+  // Each token's activation codes, scales and group sums, found once: rows past the tile's end
+  // repeat its last row (computed, not stored).
+  const int8_t* codes_of[T];
+  const float* scales_of[T];
+  const float* sums_of[T];
+  const int16_t* groups_of[T];
 #pragma unroll
-  for (int t = 0; t < T; ++t) act_row[t] = t0 + min(t, t_count - 1);
+  for (int t = 0; t < T; ++t) {
+    const int64_t r = t0 + min(t, t_count - 1);
+    codes_of[t] = a.act.codes + r * a.act.row_stride;
+    scales_of[t] = a.act.scales + r * a.blocks;
+    sums_of[t] = a.act.sums != nullptr ? a.act.sums + r * a.blocks : nullptr;
+    groups_of[t] = a.act.group_sums != nullptr ? a.act.group_sums + r * (static_cast<int64_t>(a.blocks) * 16) : nullptr;
+  }
 
   float acc = 0.0f;
   int64_t row = first_row;
@@ -101,10 +119,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_quantized_kernel(GemvArgs a
       F::lane(block, part, l);
 #pragma unroll
       for (int t = 0; t < T; ++t) {
-        const int8_t* codes = a.act.codes + act_row[t] * a.act.row_stride + static_cast<int64_t>(b) * F::kElems;
+        const int8_t* codes = codes_of[t] + b * F::kElems;
         if constexpr (S::kKQuant) {
-          const int16_t* groups = a.act.group_sums + act_row[t] * (static_cast<int64_t>(a.blocks) * 16) + 16 * b;
-          isum[t] = F::partial(l, part, codes, groups, msum[t]);
+          isum[t] = F::partial(l, part, codes, groups_of[t] + 16 * b, msum[t]);
         } else {
           isum[t] = F::partial(l, part, codes);
         }
@@ -126,15 +143,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_quantized_kernel(GemvArgs a
 #pragma unroll
       for (int t = 0; t < T; ++t) {
         if (t % F::kLanes != part) continue;
-        const int64_t ab = act_row[t] * a.blocks + b;  // this block's activation scale
-        const float da = __ldg(a.act.scales + ab);
+        const float da = __ldg(scales_of[t] + b);  // this block's activation scale
         float4 s;
         if constexpr (S::kKQuant) {
           s = make_float4(__int2float_rn(isum[t]), __fmul_rn(dw, da), __int2float_rn(msum[t]),
                           __fmul_rn(F::dmin(block), -da));
         } else {
           s = make_float4(small_int_to_float(isum[t]), __fmul_rn(dw, da), F::m(block),
-                          F::kHasMin ? __ldg(a.act.sums + ab) : 0.0f);
+                          F::kHasMin ? __ldg(sums_of[t] + b) : 0.0f);
         }
         slots[warp][local][t] = s;
       }
