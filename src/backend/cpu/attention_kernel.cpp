@@ -250,7 +250,7 @@ void fold_chunk(float& m, float& l, float* o, float m_c, float l_c, const float*
 
 struct Scratch {
   std::vector<int32_t> cells;   // the task's visible cells, in list order
-  std::vector<int32_t> chunks;  // the chunk (list entry / kAttentionChunk) of each
+  std::vector<size_t> chunk_starts;  // index in `cells` where each chunk starts, then the end
   std::vector<float> scores;    // [the task's heads][the chunk's visible cells]
   std::vector<float> chunk_out;  // [heads][hd]: o_c of chunks after the first
   std::vector<float> max, sum, chunk_max, chunk_sum;  // [heads]
@@ -287,18 +287,17 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
     const int heads = std::min(group, h0 + heads_per_task) - h0;
     const int32_t pos = positions[t];
     s.cells.clear();
-    s.chunks.clear();
-    int32_t entry = 0;  // list entry of the cell below
+    s.chunk_starts.clear();  // where each chunk's visible cells start in s.cells
+    int32_t entry = 0;       // list entry of the cell below
     for (int32_t e = kv.page_rows[t]; e < kv.page_rows[t + 1]; ++e) {
       const int32_t first = kv.pages[e] * kv.page_size;
       for (int32_t c = first; c < first + kv.page_size; ++c, ++entry) {
+        if (entry % backend::kAttentionChunk == 0) s.chunk_starts.push_back(s.cells.size());
         const int32_t p = kv.cell_pos[c];
-        if (p <= pos && (kv.window == 0 || p > pos - kv.window)) {
-          s.cells.push_back(c);
-          s.chunks.push_back(entry / backend::kAttentionChunk);
-        }
+        if (p <= pos && (kv.window == 0 || p > pos - kv.window)) s.cells.push_back(c);
       }
     }
+    s.chunk_starts.push_back(s.cells.size());
     const float* q_heads = q.row<const float>(t) + (g * group + h0) * hd;
     float* out_heads = out.row<float>(t) + (g * group + h0) * hd;
     if (s.cells.empty()) {  // a padding row, or a cache with nothing visible: output zeros
@@ -310,18 +309,16 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
     s.chunk_max.resize(heads);
     s.chunk_sum.resize(heads);
     s.chunk_out.resize(static_cast<size_t>(heads) * hd);
-    const size_t total = s.cells.size();
-    for (size_t begin = 0; begin < total;) {
-      size_t end = begin + 1;
-      while (end < total && s.chunks[end] == s.chunks[begin]) ++end;
-      const size_t n = end - begin;
+    bool first = true;
+    for (size_t chunk = 0; chunk + 1 < s.chunk_starts.size(); ++chunk) {
+      const size_t begin = s.chunk_starts[chunk], n = s.chunk_starts[chunk + 1] - begin;
+      if (n == 0) continue;  // no visible cell in this chunk
       s.scores.resize(n * heads);
       const CellRows k_rows{static_cast<const char*>(kv.k) + g * head_bytes, kv.row_stride, head_bytes,
                             s.cells.data() + begin};
       const CellRows v_rows{static_cast<const char*>(kv.v) + g * head_bytes, kv.row_stride, head_bytes,
                             s.cells.data() + begin};
       ops.scores(q_heads, heads, hd, k_rows, n, scale, s.scores.data());
-      const bool first = begin == 0;
       exponentiate_rows(s.scores.data(), heads, n, first ? s.max.data() : s.chunk_max.data(),
                         first ? s.sum.data() : s.chunk_sum.data());
       ops.values(s.scores.data(), heads, hd, v_rows, n, first ? out_heads : s.chunk_out.data());
@@ -329,7 +326,7 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
         for (int h = 0; h < heads; ++h)
           fold_chunk(s.max[h], s.sum[h], out_heads + static_cast<size_t>(h) * hd, s.chunk_max[h], s.chunk_sum[h],
                      s.chunk_out.data() + static_cast<size_t>(h) * hd, hd);
-      begin = end;
+      first = false;
     }
     for (int h = 0; h < heads; ++h)
       for (int d = 0; d < hd; ++d) out_heads[static_cast<size_t>(h) * hd + d] /= s.sum[h];
