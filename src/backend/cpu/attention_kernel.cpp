@@ -16,10 +16,10 @@
 
 #include "backend/attention_order.h"
 #include "backend/cpu/cpu_features.h"
-#include "backend/cpu/exp_glibc.h"
 #include "backend/cpu/f16_table.h"
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "core/exp_glibc.h"
 #include "core/half.h"
 
 namespace cellm::cpu {

@@ -1,4 +1,4 @@
-#include "backend/cpu/exp_glibc.h"
+#include "core/exp_glibc.h"
 
 #include <cmath>
 #include <cstdint>
@@ -7,10 +7,9 @@
 #include <immintrin.h>
 #endif
 
-#include "backend/cpu/cpu_features.h"
 #include "core/glibc_exp2f_table.h"
 
-namespace cellm::cpu {
+namespace cellm {
 namespace {
 
 #if defined(__x86_64__)
@@ -59,10 +58,10 @@ __attribute__((target("avx2,fma"))) void exp_in_place_avx2(float* x, size_t n) {
 
 void exp_in_place(float* x, size_t n) {
 #if defined(__x86_64__)
-  static const bool avx2 = cpu_features().avx2 && cpu_features().fma;
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (avx2) return exp_in_place_avx2(x, n);
 #endif
   for (size_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }
 
-}  // namespace cellm::cpu
+}  // namespace cellm

@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "backend/cpu/exp_glibc.h"
+#include "core/exp_glibc.h"
 #include "core/half.h"
 
-namespace cellm::cpu {
+namespace cellm {
 namespace {
 
 void expect_like_std_exp(std::vector<float> x) {
@@ -54,4 +54,4 @@ TEST(ExpGlibc, RandomFloatsAndEdges) {
 }
 
 }  // namespace
-}  // namespace cellm::cpu
+}  // namespace cellm
