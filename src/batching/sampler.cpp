@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/exp_glibc.h"
 
 namespace cellm::batching {
 
@@ -69,11 +70,10 @@ int32_t Sampler::draw() {
   float max = candidates_.front().logit;
   for (const TokenLogit& c : candidates_) max = std::max(max, c.logit);
   weights_.resize(candidates_.size());
+  for (size_t i = 0; i < candidates_.size(); ++i) weights_[i] = (candidates_[i].logit - max) / params_.temperature;
+  exp_in_place(weights_.data(), weights_.size());  // std::exp's bits, several at a time
   double total = 0;
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    weights_[i] = std::exp((candidates_[i].logit - max) / params_.temperature);
-    total += weights_[i];
-  }
+  for (const float w : weights_) total += w;
   // u in [0, 1) from the generator's 53 high bits; the first candidate whose running weight
   // passes u * total is drawn (one with zero weight never is).
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <vector>
+
+#include "core/exp_glibc.h"
 
 namespace cellm::batching {
 namespace {
@@ -51,12 +54,15 @@ void filter_tokens(std::vector<TokenLogit>& tokens, int32_t top_k, float top_p, 
   // files each token's weight under how far below the best logit it lies.
   float max = tokens.front().logit;
   for (const TokenLogit& t : tokens) max = std::max(max, t.logit);
+  thread_local std::vector<float> weight;  // exp(logit - max): std::exp's bits, several at a time
+  weight.resize(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) weight[i] = tokens[i].logit - max;
+  exp_in_place(weight.data(), weight.size());
   std::array<double, kBuckets> mass{};
   double sum = 0;
-  for (const TokenLogit& t : tokens) {
-    const double e = std::exp(t.logit - max);
-    sum += e;
-    mass[static_cast<size_t>(bucket_of(t.logit, max))] += e;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    sum += weight[i];
+    mass[static_cast<size_t>(bucket_of(tokens[i].logit, max))] += weight[i];
   }
   auto prob = [&](const TokenLogit& t) { return static_cast<float>(std::exp(t.logit - max) / sum); };
 
