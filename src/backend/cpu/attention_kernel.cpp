@@ -249,12 +249,59 @@ void fold_chunk(float& m, float& l, float* o, float m_c, float l_c, const float*
 }
 
 struct Scratch {
-  std::vector<int32_t> cells;   // the task's visible cells, in list order
+  std::vector<int32_t> cells;        // the row's visible cells, in list order
   std::vector<size_t> chunk_starts;  // index in `cells` where each chunk starts, then the end
-  std::vector<float> scores;    // [the task's heads][the chunk's visible cells]
-  std::vector<float> chunk_out;  // [heads][hd]: o_c of chunks after the first
+  std::vector<float> scores;         // [the task's heads][the chunk's visible cells]
+  std::vector<float> chunk_out;      // [heads][hd]: o_c of chunks after the first
   std::vector<float> max, sum, chunk_max, chunk_sum;  // [heads]
 };
+
+// The visible cells of row t (page-list order) into s.cells, and where each chunk of
+// kAttentionChunk list entries starts among them into s.chunk_starts.
+void collect_visible(const backend::PagedKv& kv, int64_t t, int32_t pos, Scratch& s) {
+  s.cells.clear();
+  s.chunk_starts.clear();
+  int32_t entry = 0;  // list entry of the cell below
+  for (int32_t e = kv.page_rows[t]; e < kv.page_rows[t + 1]; ++e) {
+    const int32_t first = kv.pages[e] * kv.page_size;
+    for (int32_t c = first; c < first + kv.page_size; ++c, ++entry) {
+      if (entry % backend::kAttentionChunk == 0) s.chunk_starts.push_back(s.cells.size());
+      const int32_t p = kv.cell_pos[c];
+      if (p <= pos && (kv.window == 0 || p > pos - kv.window)) s.cells.push_back(c);
+    }
+  }
+  s.chunk_starts.push_back(s.cells.size());
+}
+
+// out[heads][hd] for `heads` query heads (q: their rows) over s's visible cells, chunk by chunk
+// in the order of attention_order.h. K and V rows of the KV head start at k_base / v_base.
+void attend_chunks(const RowOps& ops, const float* q, int heads, int hd, const char* k_base, const char* v_base,
+                   size_t row_stride, size_t head_bytes, float scale, Scratch& s, float* out) {
+  s.max.resize(heads);
+  s.sum.resize(heads);
+  s.chunk_max.resize(heads);
+  s.chunk_sum.resize(heads);
+  s.chunk_out.resize(static_cast<size_t>(heads) * hd);
+  bool first = true;
+  for (size_t chunk = 0; chunk + 1 < s.chunk_starts.size(); ++chunk) {
+    const size_t begin = s.chunk_starts[chunk], n = s.chunk_starts[chunk + 1] - begin;
+    if (n == 0) continue;  // no visible cell in this chunk
+    s.scores.resize(n * heads);
+    const CellRows k_rows{k_base, row_stride, head_bytes, s.cells.data() + begin};
+    const CellRows v_rows{v_base, row_stride, head_bytes, s.cells.data() + begin};
+    ops.scores(q, heads, hd, k_rows, n, scale, s.scores.data());
+    exponentiate_rows(s.scores.data(), heads, n, first ? s.max.data() : s.chunk_max.data(),
+                      first ? s.sum.data() : s.chunk_sum.data());
+    ops.values(s.scores.data(), heads, hd, v_rows, n, first ? out : s.chunk_out.data());
+    if (!first)
+      for (int h = 0; h < heads; ++h)
+        fold_chunk(s.max[h], s.sum[h], out + static_cast<size_t>(h) * hd, s.chunk_max[h], s.chunk_sum[h],
+                   s.chunk_out.data() + static_cast<size_t>(h) * hd, hd);
+    first = false;
+  }
+  for (int h = 0; h < heads; ++h)
+    for (int d = 0; d < hd; ++d) out[static_cast<size_t>(h) * hd + d] /= s.sum[h];
+}
 
 }  // namespace
 
@@ -285,51 +332,15 @@ void attention(ThreadPool& pool, const TensorRef& q, const backend::PagedKv& kv,
     const int g = static_cast<int>(task / parts % kv.n_kv_heads);
     const int h0 = static_cast<int>(task % parts) * heads_per_task;  // this task's heads of the group
     const int heads = std::min(group, h0 + heads_per_task) - h0;
-    const int32_t pos = positions[t];
-    s.cells.clear();
-    s.chunk_starts.clear();  // where each chunk's visible cells start in s.cells
-    int32_t entry = 0;       // list entry of the cell below
-    for (int32_t e = kv.page_rows[t]; e < kv.page_rows[t + 1]; ++e) {
-      const int32_t first = kv.pages[e] * kv.page_size;
-      for (int32_t c = first; c < first + kv.page_size; ++c, ++entry) {
-        if (entry % backend::kAttentionChunk == 0) s.chunk_starts.push_back(s.cells.size());
-        const int32_t p = kv.cell_pos[c];
-        if (p <= pos && (kv.window == 0 || p > pos - kv.window)) s.cells.push_back(c);
-      }
-    }
-    s.chunk_starts.push_back(s.cells.size());
+    collect_visible(kv, t, positions[t], s);
     const float* q_heads = q.row<const float>(t) + (g * group + h0) * hd;
     float* out_heads = out.row<float>(t) + (g * group + h0) * hd;
     if (s.cells.empty()) {  // a padding row, or a cache with nothing visible: output zeros
       std::fill(out_heads, out_heads + heads * hd, 0.0f);
       return;
     }
-    s.max.resize(heads);
-    s.sum.resize(heads);
-    s.chunk_max.resize(heads);
-    s.chunk_sum.resize(heads);
-    s.chunk_out.resize(static_cast<size_t>(heads) * hd);
-    bool first = true;
-    for (size_t chunk = 0; chunk + 1 < s.chunk_starts.size(); ++chunk) {
-      const size_t begin = s.chunk_starts[chunk], n = s.chunk_starts[chunk + 1] - begin;
-      if (n == 0) continue;  // no visible cell in this chunk
-      s.scores.resize(n * heads);
-      const CellRows k_rows{static_cast<const char*>(kv.k) + g * head_bytes, kv.row_stride, head_bytes,
-                            s.cells.data() + begin};
-      const CellRows v_rows{static_cast<const char*>(kv.v) + g * head_bytes, kv.row_stride, head_bytes,
-                            s.cells.data() + begin};
-      ops.scores(q_heads, heads, hd, k_rows, n, scale, s.scores.data());
-      exponentiate_rows(s.scores.data(), heads, n, first ? s.max.data() : s.chunk_max.data(),
-                        first ? s.sum.data() : s.chunk_sum.data());
-      ops.values(s.scores.data(), heads, hd, v_rows, n, first ? out_heads : s.chunk_out.data());
-      if (!first)
-        for (int h = 0; h < heads; ++h)
-          fold_chunk(s.max[h], s.sum[h], out_heads + static_cast<size_t>(h) * hd, s.chunk_max[h], s.chunk_sum[h],
-                     s.chunk_out.data() + static_cast<size_t>(h) * hd, hd);
-      first = false;
-    }
-    for (int h = 0; h < heads; ++h)
-      for (int d = 0; d < hd; ++d) out_heads[static_cast<size_t>(h) * hd + d] /= s.sum[h];
+    attend_chunks(ops, q_heads, heads, hd, static_cast<const char*>(kv.k) + g * head_bytes,
+                  static_cast<const char*>(kv.v) + g * head_bytes, kv.row_stride, head_bytes, scale, s, out_heads);
   };
   if (n_tasks == 1 || pool.size() == 1) {
     for (int64_t task = 0; task < n_tasks; ++task) run(task, 0);
