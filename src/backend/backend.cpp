@@ -1,6 +1,8 @@
 // What backends share: the defaults of the Backend interface and helpers for implementations.
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -29,6 +31,14 @@ TensorRef place_joined_copy(Backend& backend, std::span<const TensorRef> host_pa
     fail(ErrorCode::Internal, "the ", backend.name(), " backend kept the staging copy of '", name, "'");
   return placed;
 }
+
+void* Backend::allocate_host(size_t bytes, const char* what) {
+  void* p = std::malloc(std::max<size_t>(bytes, 1));
+  if (p == nullptr) fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes of host memory for ", what);
+  return p;
+}
+
+void Backend::release_host(void* p) { std::free(p); }
 
 void Backend::begin_capture() { fail(ErrorCode::Unsupported, "the ", name(), " backend cannot capture graphs"); }
 

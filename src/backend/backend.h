@@ -42,6 +42,10 @@ class Backend {
   virtual void release(void* p) = 0;
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;  // waits for prior work
+  // Host memory that download() fills fastest (page-locked on CUDA: a pageable destination is
+  // copied through the driver's staging buffers). Plain heap memory by default.
+  virtual void* allocate_host(size_t bytes, const char* what);
+  virtual void release_host(void* p);
   // Makes a weight (a host view into the mapped GGUF file, GGUF layout) available to kernels
   // and returns the view kernels get for it. The CPU uses the mapping in place (no copy, so a
   // process holds its weights once); device backends copy once, and may repack the blocks

@@ -80,6 +80,7 @@ Executor::~Executor() {
     backend_.release(b->data);
   for (auto* list : {&page_rows_, &pages_})
     for (Buffer& b : *list) backend_.release(b.data);
+  backend_.release_host(logits_host_.data);
 }
 
 void Executor::place_weights(const gguf::File& file, const Program& program) {
@@ -283,14 +284,22 @@ StepResult Executor::read_output(const Program& program, const StepRequest& step
   }
   const size_t vocab = static_cast<size_t>(vocab_size_);
   const char* out = static_cast<const char*>(arena_.data) + program.value(program.logits).arena_offset;
-  logits_.resize(k * vocab);
+  const size_t bytes = k * vocab * sizeof(float);
+  if (logits_host_.bytes < bytes) {  // doubling: generations join a batch one by one
+    const size_t grown = std::max(bytes, 2 * logits_host_.bytes);
+    backend_.release_host(logits_host_.data);
+    logits_host_ = {};
+    logits_host_.data = backend_.allocate_host(grown, "step logits");
+    logits_host_.bytes = grown;
+  }
+  auto* logits = static_cast<float*>(logits_host_.data);
   if (!padded) {
-    backend_.download(logits_.data(), out, logits_.size() * sizeof(float));
+    backend_.download(logits, out, bytes);
   } else {
     for (size_t i = 0; i < k; ++i)
-      backend_.download(logits_.data() + i * vocab, out + source_row(i) * vocab * sizeof(float), vocab * sizeof(float));
+      backend_.download(logits + i * vocab, out + source_row(i) * vocab * sizeof(float), vocab * sizeof(float));
   }
-  r.logits = logits_;
+  r.logits = std::span<const float>(logits, k * vocab);
   return r;
 }
 

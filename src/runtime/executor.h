@@ -124,7 +124,7 @@ class Executor {
   Buffer arena_, tokens_, positions_, logit_rows_, cells_, read_len_, cell_pos_, argmax_;
   std::vector<Buffer> page_rows_, pages_;  // one per distinct window
   Shaped shaped_;
-  std::vector<float> logits_;
+  Buffer logits_host_;  // host memory from the backend (page-locked on CUDA), grown on demand
   std::vector<int32_t> argmax_host_;
   uint64_t bound_epoch_ = ~uint64_t{0};
   bool validated_ = false;

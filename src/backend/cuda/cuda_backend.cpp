@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_graph.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -81,6 +82,22 @@ std::string CudaBackend::description() const {
 void* CudaBackend::allocate(size_t bytes, const char* what) { return memory_.allocate(bytes, what); }
 
 void CudaBackend::release(void* p) { memory_.release(p); }
+
+void* CudaBackend::allocate_host(size_t bytes, const char* what) {
+  use_device(device_);
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes of page-locked host memory for ", what, " (",
+         cudaGetErrorString(err), ")");
+  }
+  return p;
+}
+
+void CudaBackend::release_host(void* p) {
+  if (p != nullptr) (void)cudaFreeHost(p);
+}
 
 void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;

@@ -34,6 +34,8 @@ class CudaBackend final : public backend::Backend {
 
   void* allocate(size_t bytes, const char* what) override;
   void release(void* p) override;
+  void* allocate_host(size_t bytes, const char* what) override;  // page-locked (cudaMallocHost)
+  void release_host(void* p) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
   TensorRef place_weight(const TensorRef& host_weight, const std::string& name) override;
