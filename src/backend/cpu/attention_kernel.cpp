@@ -30,40 +30,23 @@ namespace {
 using DotFn = float (*)(const float* q, const void* k, int n);
 using AxpyFn = void (*)(float a, const void* v, float* y, int n);
 
-float dot_f16_portable(const float* q, const void* k, int n) {
-  const auto* kh = static_cast<const uint16_t*>(k);
+// Element i of a pool row, widened to float.
+float f16_at(const void* row, int i) { return f16_to_f32(static_cast<const uint16_t*>(row)[i]); }
+float bf16_at(const void* row, int i) { return bf16_to_fp32(static_cast<const uint16_t*>(row)[i]); }
+float f32_at(const void* row, int i) { return static_cast<const float*>(row)[i]; }
+
+// Products added in element order, unfused (attention_order.h for f32/bf16 pools; the
+// portable f16 path).
+template <float (*kAt)(const void*, int)>
+float dot_each(const float* q, const void* k, int n) {
   float sum = 0;
-  for (int i = 0; i < n; ++i) sum += q[i] * f16_to_f32(kh[i]);
+  for (int i = 0; i < n; ++i) sum += q[i] * kAt(k, i);
   return sum;
 }
 
-void axpy_f16_portable(float a, const void* v, float* y, int n) {
-  const auto* vh = static_cast<const uint16_t*>(v);
-  for (int i = 0; i < n; ++i) y[i] += a * f16_to_f32(vh[i]);
-}
-
-float dot_bf16(const float* q, const void* k, int n) {
-  const auto* kb = static_cast<const uint16_t*>(k);
-  float sum = 0;
-  for (int i = 0; i < n; ++i) sum += q[i] * bf16_to_fp32(kb[i]);
-  return sum;
-}
-
-void axpy_bf16(float a, const void* v, float* y, int n) {
-  const auto* vb = static_cast<const uint16_t*>(v);
-  for (int i = 0; i < n; ++i) y[i] += a * bf16_to_fp32(vb[i]);
-}
-
-float dot_f32(const float* q, const void* k, int n) {
-  const auto* kf = static_cast<const float*>(k);
-  float sum = 0;
-  for (int i = 0; i < n; ++i) sum += q[i] * kf[i];
-  return sum;
-}
-
-void axpy_f32(float a, const void* v, float* y, int n) {
-  const auto* vf = static_cast<const float*>(v);
-  for (int i = 0; i < n; ++i) y[i] += a * vf[i];
+template <float (*kAt)(const void*, int)>
+void axpy_each(float a, const void* v, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += a * kAt(v, i);
 }
 
 // The rows of one KV head over a task's cells: cell c's row starts at base + c * stride and
@@ -210,8 +193,8 @@ struct RowOps {
 // The scores and V sums for a pool dtype and head size on this CPU.
 RowOps row_ops(DType dtype, [[maybe_unused]] int hd) {  // hd: only the AVX2 path looks at it
   switch (dtype) {
-    case DType::F32: return {scores_each_cell<dot_f32>, values_each_cell<axpy_f32>};
-    case DType::BF16: return {scores_each_cell<dot_bf16>, values_each_cell<axpy_bf16>};
+    case DType::F32: return {scores_each_cell<dot_each<f32_at>>, values_each_cell<axpy_each<f32_at>>};
+    case DType::BF16: return {scores_each_cell<dot_each<bf16_at>>, values_each_cell<axpy_each<bf16_at>>};
     default: break;
   }
 #if defined(__x86_64__)
@@ -220,7 +203,7 @@ RowOps row_ops(DType dtype, [[maybe_unused]] int hd) {  // hd: only the AVX2 pat
     return hd % 8 == 0 ? RowOps{scores_f16_avx2, values_f16_avx2}
                        : RowOps{scores_each_cell<dot_f16_avx2>, values_each_cell<axpy_f16_avx2>};
 #endif
-  return {scores_each_cell<dot_f16_portable>, values_each_cell<axpy_f16_portable>};
+  return {scores_each_cell<dot_each<f16_at>>, values_each_cell<axpy_each<f16_at>>};
 }
 
 // Each of `heads` rows of n scores becomes e_j = expf(s_j - m_c) in place; m_c and l_c (the
