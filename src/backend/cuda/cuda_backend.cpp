@@ -2,7 +2,6 @@
 #include "backend/cuda/cuda_graph.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 #include <string>
 
