@@ -1,9 +1,9 @@
-// Rotary position embedding, in place, one thread per rotated pair. Cos and sin come from the host-built
-// table (rope_table.h: the CPU's bits) for positions it covers; beyond it the angle of pair i
-// is pos * freq_scale * theta_scale^i built by repeated multiplication in float, as the CPU
-// kernel (and ggml) do, with cos/sin evaluated in double and rounded once (the correctly
-// rounded value, which host libms return in most cases). The rotation takes the CPU's float
-// steps, unfused.
+// Rotary position embedding, in place, one thread per rotated pair. Cos and sin come from the
+// host-built table (rope_table.h: the CPU's bits) for positions it covers; beyond it the angle
+// of pair i is pos * freq_scale * theta_scale^i built by repeated multiplication in float, as
+// the CPU kernel (and ggml) do, with cos/sin evaluated in double and rounded once (the
+// correctly rounded value, which host libms return in most cases). The rotation takes the
+// CPU's float steps, unfused.
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
