@@ -186,6 +186,40 @@ TEST(CudaMatmul, EveryFormatAndRowCountMatchesTheCpu) {
   }
 }
 
+// The one-token kernel deals a warp's (row, block) items over its lanes and folds them in
+// chunks of rows. A grid sized for one multiprocessor gives every warp many rows: several
+// chunks, a partial last chunk, items dealt across row boundaries (24 blocks per row), one
+// row per chunk (128 blocks) and one block per row (K = 256 for the k-quants).
+TEST(CudaMatmul, OneTokenWithManyRowsPerWarpIsTheCpu) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t N = 1000;
+  for (int64_t K : {256, 768, 4096}) {
+    const Rows source = random_rows(N, K, 141, 0.05f);
+    const Rows x = random_rows(1, K, 142);
+    for (DType type : weight_formats()) {
+      ActivationFormat format;
+      if (!activation_format_for(type, format) || K % dtype_info(type).block_size != 0) continue;
+      HostWeight w = quantized_weight(type, source);
+      const TensorRef placed = gpu.place_weight(w.ref(), "w");
+      DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(N) * sizeof(float));
+      DeviceBuffer d_q(gpu, quantized_activation_bytes(1, K));
+      const QuantizedActivations q = carve_quantized_activations(d_q.data(), 1, K);
+      const TensorRef gx = Rows::device_ref(d_x, 1, K), gout = Rows::device_ref(d_out, 1, N);
+      launch_quantize_activations(gx, format, q, gpu.stream());
+      launch_exact_matmul(gx, q, placed, nullptr, gout, /*sm_count=*/1, gpu.stream());
+      const std::vector<float> got = d_out.download<float>(static_cast<size_t>(N));
+      const std::vector<float> cpu = cpu_product(w, x, {});
+      const Reference ref = reference_product(w, x, {});
+      const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K);
+      expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
+      if (cpu_runs_avx512()) {
+        EXPECT_EQ(identical(got, cpu), got.size()) << what;
+      }
+      gpu.release(placed.data);
+    }
+  }
+}
+
 TEST(CudaMatmul, ThirtyTwoElementFormatsWithAPartialStep) {
   CELLM_REQUIRE_GPU(gpu);
   const int64_t N = 40, K = 544;  // 17 blocks: one step of 16 and one block
