@@ -35,7 +35,8 @@ __device__ __forceinline__ int dp4a_us(uint32_t u, int s, int c) {
   return d;
 }
 
-// One token's quantized activations (matmul_kernels.h has the layout).
+// One token's quantized activations (matmul_kernels.h has the layout): in shared memory when
+// the kernel quantized the row itself, else in global memory.
 struct TokenActivations {
   const int8_t* codes;
   const float* scales;
@@ -64,7 +65,7 @@ __device__ __forceinline__ void load_words_align2(const uint8_t* p, uint32_t (&o
 
 // 32 activation codes as eight words.
 __device__ __forceinline__ void load_codes32(const int8_t* p, int (&a)[8]) {
-  const int4 lo = __ldg(reinterpret_cast<const int4*>(p)), hi = __ldg(reinterpret_cast<const int4*>(p) + 1);
+  const int4 lo = reinterpret_cast<const int4*>(p)[0], hi = reinterpret_cast<const int4*>(p)[1];
   a[0] = lo.x, a[1] = lo.y, a[2] = lo.z, a[3] = lo.w, a[4] = hi.x, a[5] = hi.y, a[6] = hi.z, a[7] = hi.w;
 }
 
@@ -107,6 +108,7 @@ template <DType kT>
 struct Block32Terms {
   static constexpr int kElems = 32;
   static constexpr bool kHasMin = kT == DType::Q4_1 || kT == DType::Q5_1;
+  static constexpr ActivationFormat kActivations = kHasMin ? ActivationFormat::Q8_1 : ActivationFormat::Q8_0;
   static constexpr int kBlockBytes = kT == DType::Q8_0   ? 34
                                      : kT == DType::Q4_0 ? 18
                                      : kT == DType::Q4_1 ? 20
@@ -116,7 +118,7 @@ struct Block32Terms {
   __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
     int a[8];
     load_codes32(act.codes + 32 * b, a);
-    const float da = __ldg(act.scales + b);
+    const float da = act.scales[b];
     int isum;
     float dw, m = 0.0f, sa = 0.0f;
     if constexpr (kT == DType::Q8_0) {
@@ -146,7 +148,7 @@ struct Block32Terms {
       dw = load_half(block);
       isum = nibble_block_dot<kQh>(q, kQh ? words[0] : 0u, a) - (kQh ? 16 : 8) * code_sum32(a);
     }
-    if constexpr (kHasMin) sa = __ldg(act.sums + b);
+    if constexpr (kHasMin) sa = act.sums[b];
     return make_float4(small_int_to_float(isum), __fmul_rn(dw, da), m, sa);
   }
 };
@@ -168,7 +170,7 @@ __device__ __forceinline__ int byte_of(uint32_t w, int i) { return static_cast<i
 // sum over the 8 sub-blocks s of mins[s] * (group sum 2s + group sum 2s + 1): the group sums
 // come as int16 pairs, one word per sub-block; dp2a multiplies a pair by two bytes.
 __device__ __forceinline__ int k_min_sum(const KScales& k, const int16_t* groups) {
-  const int4 g0 = __ldg(reinterpret_cast<const int4*>(groups)), g1 = __ldg(reinterpret_cast<const int4*>(groups) + 1);
+  const int4 g0 = reinterpret_cast<const int4*>(groups)[0], g1 = reinterpret_cast<const int4*>(groups)[1];
   const int g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
   int sum = 0;
 #pragma unroll
@@ -186,6 +188,7 @@ template <bool kFifthBit>
 struct KAsymmetricTerms {  // Q4_K, Q5_K
   static constexpr int kElems = 256;
   static constexpr bool kHasMin = true;
+  static constexpr ActivationFormat kActivations = ActivationFormat::Q8_K;
   static constexpr int kBlockBytes = kFifthBit ? 176 : 144;
 
   __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
@@ -222,7 +225,7 @@ struct KAsymmetricTerms {  // Q4_K, Q5_K
       isum += byte_of(sc, 2 * (c & 1)) * lo + byte_of(sc, 2 * (c & 1) + 1) * hi;
     }
     const int msum = k_min_sum(k, act.group_sums + 16 * b);
-    const float da = __ldg(act.scales + b);
+    const float da = act.scales[b];
     return make_float4(__int2float_rn(isum), __fmul_rn(half_bits(head.x), da), __int2float_rn(msum),
                        __fmul_rn(half_bits(head.x >> 16), -da));
   }
@@ -234,6 +237,7 @@ struct KAsymmetricTerms {  // Q4_K, Q5_K
 struct Q6KTerms {
   static constexpr int kElems = 256;
   static constexpr bool kHasMin = false;
+  static constexpr ActivationFormat kActivations = ActivationFormat::Q8_K;
   static constexpr int kBlockBytes = 210;
 
   __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
@@ -252,7 +256,7 @@ struct Q6KTerms {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {  // l in [16 half, 16 half + 16): one scale group
           int a[4];
-          const int4 v = __ldg(reinterpret_cast<const int4*>(codes + 128 * h + 32 * k + 16 * half));
+          const int4 v = *reinterpret_cast<const int4*>(codes + 128 * h + 32 * k + 16 * half);
           a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
           int dot = 0;
 #pragma unroll
@@ -265,11 +269,11 @@ struct Q6KTerms {
           }
           const int g = 8 * h + 2 * k + half;
           const int scale = static_cast<int8_t>(sc_words[g / 4] >> (8 * (g % 4)));
-          isum += scale * (dot - 32 * __ldg(groups + g));
+          isum += scale * (dot - 32 * groups[g]);
         }
       }
     }
-    const float da = __ldg(act.scales + b);
+    const float da = act.scales[b];
     return make_float4(__int2float_rn(isum), __fmul_rn(load_half(block + 208), da), 0.0f, 0.0f);
   }
 };

@@ -1,6 +1,6 @@
 // The exact product of quantized weights with quantized activations (matmul_kernels.h states
 // the contract), for up to kGemvTileTokens activation rows per block and any number of weight
-// rows; a single activation row goes to gemv_one_token.cu, which is leaner for that case. Each warp walks its weight rows in steps of kBlocksPerStep blocks:
+// rows (matmul.cpp sends a single activation row to gemv_one_token.cu instead). Each warp walks its weight rows in steps of kBlocksPerStep blocks:
 //  1. the step's bytes come to shared memory with 16-byte cp.async copies, kStages - 1 steps
 //     ahead (a ring per warp), so many bytes are in flight without holding registers;
 //  2. every block of the step is split over kLanes lanes (weight_units_int8.cuh), which compute
@@ -206,7 +206,6 @@ void launch_tiles(const GemvArgs& base, int sm_count, cudaStream_t stream) {
 void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream) {
   if (tokens == 0 || w.rows == 0) return;
-  if (tokens == 1 && gemv_one_token_supported(w)) return launch_gemv_one_token(q, w, bias, out, sm_count, stream);
   GemvArgs args{static_cast<const uint8_t*>(w.data),
                 w.row_stride,
                 w.rows,

@@ -45,11 +45,15 @@ inline GemvGrid gemv_grid(int blocks_per_sm, int64_t units, int64_t tokens, int 
 
 void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
-// One activation row (gemv_one_token.cu): a lane per weight block; same results. Supported for
-// every quantized type of the exact kernels with rows of at most 1023 blocks.
+// One f32 activation row (gemv_one_token.cu): the same results as launch_exact_matmul. `q`
+// holds x quantized (launch_quantize_activations), or is null: then the kernel quantizes x
+// itself, one launch instead of two, which pays while the row is short (kGemvQuantizeMaxColumns:
+// each block quantizes the whole row). Supported for every quantized type of the exact kernels
+// with rows of at most 32768 columns.
+inline constexpr int64_t kGemvQuantizeMaxColumns = 2048;
 bool gemv_one_token_supported(const TensorRef& w);
-void launch_gemv_one_token(const QuantizedActivations& q, const TensorRef& w, const float* bias, const TensorRef& out,
-                           int sm_count, cudaStream_t stream);
+void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
+                           const TensorRef& out, int sm_count, cudaStream_t stream);
 // The tensor-core kernel for many activation rows (gemm_exact.cu): the same results.
 void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
                            const TensorRef& out, cudaStream_t stream);

@@ -21,6 +21,7 @@
 #include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/quantize_rules.cuh"
 #include "core/error.h"
 
 namespace cellm::cuda {
@@ -54,12 +55,88 @@ struct OneTokenArgs {
   size_t row_chunks;   // 16-byte chunks of a row that may be read (row bytes rounded up)
   int64_t n;           // weight rows
   int blocks;          // per row
-  TokenActivations act;
+  int64_t k;           // columns
+  const float* x;      // the activation row (16-byte aligned)
+  TokenActivations act;  // x quantized already, or unused: the kernel quantizes x itself
   float* out;
   const float* bias;
 };
 
+// The quantized row in shared memory: codes, then the block scales, then Q8_1's sums or Q8_K's
+// group sums.
+__host__ __device__ constexpr size_t activation_bytes(int64_t k) {
+  return static_cast<size_t>(k) + static_cast<size_t>(k / 32) * 4 * 2;  // >= k / 16 * 2 group sums
+}
+
+// Quantizes a.x into shared memory by the rules of quantize_rules.cuh (the bytes
+// launch_quantize_activations writes) and returns the view the block terms read. Every load of
+// a batch is issued before the first block is quantized: the prologue then costs one trip to L2
+// per batch, about what the first weights take to arrive (their copy is already on its way).
 template <class F>
+__device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
+  TokenActivations act{};
+  auto* codes = reinterpret_cast<int8_t*>(base);
+  auto* scales = reinterpret_cast<float*>(base + a.k);
+  auto* extra = reinterpret_cast<float*>(base + a.k + a.k / 32 * 4);
+  act.codes = codes, act.scales = scales;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if constexpr (F::kActivations == ActivationFormat::Q8_K) {
+    constexpr int kBatch = 4;  // blocks per warp
+    auto* groups = reinterpret_cast<int16_t*>(extra);
+    act.group_sums = groups;
+    const int blocks = static_cast<int>(a.k / 256);
+    for (int b0 = warp; b0 < blocks; b0 += kWarps * kBatch) {
+      float v[kBatch][8];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int b = min(b0 + kWarps * i, blocks - 1);
+        const float4 lo = *reinterpret_cast<const float4*>(a.x + 256 * b + 8 * lane);
+        const float4 hi = *reinterpret_cast<const float4*>(a.x + 256 * b + 8 * lane + 4);
+        v[i][0] = lo.x, v[i][1] = lo.y, v[i][2] = lo.z, v[i][3] = lo.w;
+        v[i][4] = hi.x, v[i][5] = hi.y, v[i][6] = hi.z, v[i][7] = hi.w;
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int b = b0 + kWarps * i;
+        if (b >= blocks) break;  // warp-uniform
+        const quantize::Q8KBlock r = quantize::quantize_q8_k(v[i], lane);
+        *reinterpret_cast<uint2*>(codes + 256 * b + 8 * lane) = r.codes;
+        if (lane % 2 == 0) groups[16 * b + lane / 2] = static_cast<int16_t>(r.pair_sum);
+        if (lane == 0) scales[b] = r.d;
+      }
+    }
+  } else {
+    constexpr int kBatch = 8;                 // block rounds per load batch
+    constexpr int kPerRound = kThreads / 8;  // eight lanes per block
+    act.sums = extra;
+    const int blocks = static_cast<int>(a.k / 32), part = threadIdx.x % 8;
+    for (int first = 0; first < blocks; first += kPerRound * kBatch) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int b = min(first + kPerRound * i + static_cast<int>(threadIdx.x) / 8, blocks - 1);
+        v[i] = *reinterpret_cast<const float4*>(a.x + 32 * b + 4 * part);
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        if (first + kPerRound * i >= blocks) break;  // block-uniform: every lane takes part below
+        const int wanted = first + kPerRound * i + static_cast<int>(threadIdx.x) / 8;
+        const quantize::Q8Block32 r = quantize::quantize_q8_32(v[i]);  // past the end: the last block, unstored
+        if (wanted < blocks) {
+          *reinterpret_cast<uint32_t*>(codes + 32 * wanted + 4 * part) = r.codes;
+          if (part == 0) {
+            scales[wanted] = r.d;
+            if constexpr (F::kActivations == ActivationFormat::Q8_1) extra[wanted] = r.s;
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  return act;
+}
+
+template <class F, bool kQuantizes>
 __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a) {
   using S = Staging<F>;
   extern __shared__ __align__(16) uint8_t shared[];
@@ -94,7 +171,10 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
     }
     exact::cp_async_commit();  // possibly empty: one group per item
   };
-  issue_copy(0);
+  issue_copy(0);  // the first weights are on their way while the row is quantized
+  TokenActivations act = a.act;
+  if constexpr (kQuantizes)
+    act = quantize_row<F>(a, shared + kWarps * 2 * S::kStageBytes + 2 * kRows * S::kRoundStride * sizeof(float4));
 
   float acc = 0.0f;  // warp 0: the fold's accumulator of row lane % kRows (chain lane / kRows)
   for (int64_t i = 0; i < items; ++i) {
@@ -114,7 +194,7 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
       for (int u = 0; u < S::kUnits; ++u) {
         const int within = u * kLanesPerRow + j;  // block of the segment
         const int b = p * S::kSpan + within;
-        if (b < a.blocks) ops[r * S::kRoundStride + warp * S::kSpan + within] = F::terms(segment + within * F::kBlockBytes, a.act, b);
+        if (b < a.blocks) ops[r * S::kRoundStride + warp * S::kSpan + within] = F::terms(segment + within * F::kBlockBytes, act, b);
       }
     }
     __syncthreads();  // the round's operands are complete; the other buffer is free again
@@ -150,40 +230,63 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
   exact::cp_async_wait<0>();
 }
 
-template <class F>
+// Widest activation row: its quantized form must fit in shared memory next to the stages.
+constexpr int64_t kMaxColumns = 32768;
+
+template <class F, bool kQuantizes>
 void launch(const OneTokenArgs& a, int sm_count, cudaStream_t stream) {
-  const auto kernel = gemv_one_token_kernel<F>;
-  constexpr int kShared = Staging<F>::kSharedBytes;
-  static const int blocks_per_sm = [&] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared),
+  const auto kernel = gemv_one_token_kernel<F, kQuantizes>;
+  const size_t shared = Staging<F>::kSharedBytes + (kQuantizes ? activation_bytes(a.k) : 0);
+  // Blocks per multiprocessor: the register limit (found once) and this launch's shared memory.
+  static const int register_blocks = [&] {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Staging<F>::kSharedBytes + activation_bytes(kMaxColumns))),
           "one-token gemv shared memory");
     int blocks = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, kShared), "one-token gemv occupancy");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0), "one-token gemv occupancy");
     return std::max(blocks, 1);
   }();
+  static const size_t sm_shared = [] {
+    int device = 0, bytes = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "shared memory per SM");
+    return static_cast<size_t>(bytes);
+  }();
+  const int blocks_per_sm = std::max(1, std::min(register_blocks, static_cast<int>(sm_shared / (shared + 1024))));
   const int64_t groups = (a.n + kRows - 1) / kRows;
   const int64_t grid = std::min<int64_t>(groups, int64_t{sm_count} * blocks_per_sm);
-  kernel<<<static_cast<unsigned>(grid), kThreads, kShared, stream>>>(a);
+  kernel<<<static_cast<unsigned>(grid), kThreads, shared, stream>>>(a);
 }
 
 }  // namespace
 
-bool gemv_one_token_supported(const TensorRef& w) { return exact::one_lane::visit_block_terms(w.dtype, [](auto) {}); }
+bool gemv_one_token_supported(const TensorRef& w) {
+  return w.cols <= kMaxColumns && exact::one_lane::visit_block_terms(w.dtype, [](auto) {});
+}
 
-void launch_gemv_one_token(const QuantizedActivations& q, const TensorRef& w, const float* bias, const TensorRef& out,
-                           int sm_count, cudaStream_t stream) {
+void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
+                           const TensorRef& out, int sm_count, cudaStream_t stream) {
+  if (x.rows != 1 || x.dtype != DType::F32 || x.cols != w.cols || reinterpret_cast<uintptr_t>(x.data) % 16 != 0 ||
+      !gemv_one_token_supported(w))
+    fail(ErrorCode::Internal, "one-token gemv: unsupported operands (", dtype_name(w.dtype), ", ", x.rows, " x ",
+         x.cols, ")");
   if (w.rows == 0) return;
   OneTokenArgs args{};
+  args.k = w.cols;
+  args.x = static_cast<const float*>(x.data);
+  if (q != nullptr) args.act = {q->codes, q->scales, q->sums, q->group_sums};
   args.w = static_cast<const uint8_t*>(w.data);
   args.w_stride = w.row_stride;
   args.row_chunks = (row_bytes(w.dtype, w.cols) + 15) / 16;
   args.n = w.rows;
-  args.act = {q.codes, q.scales, q.sums, q.group_sums};
   args.out = static_cast<float*>(out.data);
   args.bias = bias;
   const bool known = exact::one_lane::visit_block_terms(w.dtype, [&]<class F>(F) {
     args.blocks = static_cast<int>(w.cols / F::kElems);
-    launch<F>(args, sm_count, stream);
+    if (q == nullptr)
+      launch<F, true>(args, sm_count, stream);
+    else
+      launch<F, false>(args, sm_count, stream);
   });
   if (!known) fail(ErrorCode::Internal, "one-token gemv: no kernel for ", dtype_name(w.dtype));
   check_launch("one-token gemv kernel");

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_kernels.h"
 #include "core/error.h"
@@ -81,6 +82,9 @@ void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w,
                        const backend::TensorRef& out) {
   ActivationFormat format;
   if (!activation_format_for(w.dtype, format)) return launch_exact_matmul(x, {}, w, bias, out, sm_count_, stream_);
+  // One row (single-stream decode): a short row is quantized by the product kernel itself.
+  if (x.rows == 1 && gemv_one_token_supported(w) && x.cols <= kGemvQuantizeMaxColumns)
+    return launch_gemv_one_token(x, nullptr, w, bias, out, sm_count_, stream_);
   // Rows in chunks that fit the quantized-activation scratch.
   const int64_t chunk = kQuantizedElems / x.cols;
   if (chunk == 0) fail(ErrorCode::Unsupported, "matmul inner dimension ", x.cols, " exceeds the CUDA scratch");
@@ -93,7 +97,10 @@ void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w,
     os.rows = rows;
     const QuantizedActivations q = carve_quantized_activations(q_scratch_, rows, x.cols);
     launch_quantize_activations(xs, format, q, stream_);
-    launch_exact_matmul(xs, q, w, bias, os, sm_count_, stream_);
+    if (rows == 1 && gemv_one_token_supported(w))
+      launch_gemv_one_token(xs, &q, w, bias, os, sm_count_, stream_);
+    else
+      launch_exact_matmul(xs, q, w, bias, os, sm_count_, stream_);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "../../common/test_models.h"
 #include "backend/cpu/quant_activations.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_kernels.h"
 #include "cuda_test_support.h"
@@ -186,14 +187,15 @@ TEST(CudaMatmul, EveryFormatAndRowCountMatchesTheCpu) {
   }
 }
 
-// The one-token kernel deals a warp's (row, block) items over its lanes and folds them in
-// chunks of rows. A grid sized for one multiprocessor gives every warp many rows: several
-// chunks, a partial last chunk, items dealt across row boundaries (24 blocks per row), one
-// row per chunk (128 blocks) and one block per row (K = 256 for the k-quants).
-TEST(CudaMatmul, OneTokenWithManyRowsPerWarpIsTheCpu) {
+// The one-token kernel, quantizing its row itself or reading it quantized, spreads a group of
+// rows over a block's warps in rounds and loops over groups. A grid sized for one
+// multiprocessor gives every block many groups; the widths give one pass per row (K = 256 for
+// the k-quants), a partial pass (768: 24 blocks of 32 are one pass and a half), several rounds
+// (4096) and more blocks than one load batch of the quantizing prologue (8192).
+TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
   CELLM_REQUIRE_GPU(gpu);
-  const int64_t N = 1000;
-  for (int64_t K : {256, 768, 4096}) {
+  const int64_t N = 1001;  // the last group of 8 rows has one
+  for (int64_t K : {256, 768, 4096, 8192}) {
     const Rows source = random_rows(N, K, 141, 0.05f);
     const Rows x = random_rows(1, K, 142);
     for (DType type : weight_formats()) {
@@ -202,18 +204,22 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerWarpIsTheCpu) {
       HostWeight w = quantized_weight(type, source);
       const TensorRef placed = gpu.place_weight(w.ref(), "w");
       DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(N) * sizeof(float));
+      const TensorRef gx = Rows::device_ref(d_x, 1, K), gout = Rows::device_ref(d_out, 1, N);
+      ASSERT_TRUE(gemv_one_token_supported(placed));
       DeviceBuffer d_q(gpu, quantized_activation_bytes(1, K));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), 1, K);
-      const TensorRef gx = Rows::device_ref(d_x, 1, K), gout = Rows::device_ref(d_out, 1, N);
       launch_quantize_activations(gx, format, q, gpu.stream());
-      launch_exact_matmul(gx, q, placed, nullptr, gout, /*sm_count=*/1, gpu.stream());
-      const std::vector<float> got = d_out.download<float>(static_cast<size_t>(N));
       const std::vector<float> cpu = cpu_product(w, x, {});
       const Reference ref = reference_product(w, x, {});
-      const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K);
-      expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
-      if (cpu_runs_avx512()) {
-        EXPECT_EQ(identical(got, cpu), got.size()) << what;
+      for (const bool quantized_before : {false, true}) {
+        launch_gemv_one_token(gx, quantized_before ? &q : nullptr, placed, nullptr, gout, /*sm_count=*/1, gpu.stream());
+        const std::vector<float> got = d_out.download<float>(static_cast<size_t>(N));
+        const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) +
+                                 (quantized_before ? " (quantized before)" : " (quantized by the kernel)");
+        expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
+        if (cpu_runs_avx512()) {
+          EXPECT_EQ(identical(got, cpu), got.size()) << what;
+        }
       }
       gpu.release(placed.data);
     }
