@@ -32,6 +32,11 @@ TensorRef place_joined_copy(Backend& backend, std::span<const TensorRef> host_pa
   return placed;
 }
 
+void Backend::matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out) {
+  matmul(x, w, nullptr, out);
+  add(residual, out, out);  // elementwise: out may be an operand
+}
+
 void* Backend::allocate_host(size_t bytes, const char* what) {
   void* p = std::malloc(std::max<size_t>(bytes, 1));
   if (p == nullptr) fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes of host memory for ", what);

@@ -74,6 +74,9 @@ class Backend {
   virtual void attention(const TensorRef& q, const PagedKv& kv, const int32_t* positions, float scale,
                          const TensorRef& out) = 0;
   virtual void add(const TensorRef& a, const TensorRef& b, const TensorRef& out) = 0;
+  // out = residual + x . w^T, bit for bit matmul into out and then add(residual, out, out);
+  // that is the default. A backend may fuse the two.
+  virtual void matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out);
   // out = act(gate) * up
   virtual void glu(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& out) = 0;
   // out[i] = x[rows[i]]

@@ -57,15 +57,24 @@ Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Meth
     }
     b.kv_store(l, k, v);
     ValueId attn = b.attention(l, q, c.attention_scale);
-    ValueId o = b.matmul(attn, b.weight(blk + "attn_output.weight", c.n_embd, q_dim));
-    if (c.post_norms) o = b.rms_norm(o, b.vector_weight(blk + "post_attention_norm.weight", c.n_embd), c.rms_eps);
-    x = b.add(x, o);
+    const ValueId w_o = b.weight(blk + "attn_output.weight", c.n_embd, q_dim);
+    if (c.post_norms) {
+      const ValueId o = b.matmul(attn, w_o);
+      x = b.add(x, b.rms_norm(o, b.vector_weight(blk + "post_attention_norm.weight", c.n_embd), c.rms_eps));
+    } else {
+      x = b.matmul_add(attn, w_o, x);
+    }
 
     h = b.rms_norm(x, b.vector_weight(blk + "ffn_norm.weight", c.n_embd), c.rms_eps);
     const auto gate_up = b.projections(h, {{blk + "ffn_gate.weight", c.n_ff}, {blk + "ffn_up.weight", c.n_ff}}, stack);
-    ValueId down = b.matmul(b.glu(gate_up[0], gate_up[1], glu_act), b.weight(blk + "ffn_down.weight", c.n_embd, c.n_ff));
-    if (c.post_norms) down = b.rms_norm(down, b.vector_weight(blk + "post_ffw_norm.weight", c.n_embd), c.rms_eps);
-    x = b.add(x, down);
+    const ValueId act = b.glu(gate_up[0], gate_up[1], glu_act);
+    const ValueId w_down = b.weight(blk + "ffn_down.weight", c.n_embd, c.n_ff);
+    if (c.post_norms) {
+      const ValueId down = b.matmul(act, w_down);
+      x = b.add(x, b.rms_norm(down, b.vector_weight(blk + "post_ffw_norm.weight", c.n_embd), c.rms_eps));
+    } else {
+      x = b.matmul_add(act, w_down, x);
+    }
   }
 
   // Only the rows whose logits are wanted go through the final norm and the output matrix.

@@ -11,6 +11,7 @@ const char* op_name(OpCode code) {
     case OpCode::Embed: return "embed";
     case OpCode::RmsNorm: return "rms_norm";
     case OpCode::MatMul: return "matmul";
+    case OpCode::MatMulAdd: return "matmul_add";
     case OpCode::Rope: return "rope";
     case OpCode::KvStore: return "kv_store";
     case OpCode::Attention: return "attention";

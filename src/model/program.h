@@ -60,6 +60,7 @@ enum class OpCode {
   Embed,       // out = table[a] * scale                    (a: tokens, b: table)
   RmsNorm,     // out = rmsnorm(a) * b over groups of `group`
   MatMul,      // out = a . b^T (+ c bias)                  (b: weight [out, in])
+  MatMulAdd,   // out = c + a . b^T                         (c: residual rows, as a then Add would)
   Rope,        // a rotated in place at positions (b)
   KvStore,     // layer's K, V rows = a, b at the step's cells
   Attention,   // out = attention(a queries) over layer's cells, `scale`

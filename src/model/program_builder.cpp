@@ -143,6 +143,13 @@ ValueId ProgramBuilder::matmul(ValueId x, ValueId w, ValueId bias) {
   return push(op, info(w).name, info(w).rows, info(x).extent);
 }
 
+ValueId ProgramBuilder::matmul_add(ValueId x, ValueId w, ValueId residual) {
+  require_cols(x, info(w).cols, ("matmul by " + info(w).name).c_str());
+  require_cols(residual, info(w).rows, "matmul_add residual");
+  Op op{.code = OpCode::MatMulAdd, .a = x, .b = w, .c = residual};
+  return push(op, "residual", info(w).rows, info(x).extent);
+}
+
 void ProgramBuilder::rope(ValueId x, ValueId positions, const backend::RopeParams& params) {
   require_cols(x, static_cast<int64_t>(params.n_heads) * params.head_dim, "rope");
   Op op{.code = OpCode::Rope, .a = x, .b = positions, .rope = params};

@@ -25,6 +25,8 @@ class ProgramBuilder {
   ValueId embed(ValueId tokens, ValueId table, float scale);
   ValueId rms_norm(ValueId x, ValueId weight, float eps, int32_t group = 0);
   ValueId matmul(ValueId x, ValueId w, ValueId bias = kNoValue);
+  // residual + x . w^T: a matmul and the Add after it in one op (a backend may fuse them).
+  ValueId matmul_add(ValueId x, ValueId w, ValueId residual);
   // Projections of one input x by the named weights [rows_i x cols(x)], one result per weight.
   // Neighbours of one type run as one matmul over their stacked rows (one activation
   // quantization and one launch instead of several; each output element is the same dot

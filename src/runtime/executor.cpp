@@ -346,6 +346,7 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
       case OpCode::MatMul:
         backend_.matmul(ref(op.a), ref(op.b), op.c == model::kNoValue ? nullptr : floats(op.c), ref(op.out));
         break;
+      case OpCode::MatMulAdd: backend_.matmul_add(ref(op.a), ref(op.b), ref(op.c), ref(op.out)); break;
       case OpCode::Rope: backend_.rope(ref(op.a), ints(op.b), op.rope); break;
       case OpCode::KvStore: {
         const kv::LayerGeometry& g = geometry.layer(op.layer);

@@ -28,8 +28,11 @@ TEST(DecoderProgram, LlamaHasOneAttentionPerLayerAndOneOutput) {
   EXPECT_EQ(count_ops(p, OpCode::Attention), c.n_layers);
   EXPECT_EQ(count_ops(p, OpCode::KvStore), c.n_layers);
   // q/k/v and gate/up each run as one matmul over stacked weights (the tiny model's projections
-  // share a type), Q and K rotate in one op.
-  EXPECT_EQ(count_ops(p, OpCode::MatMul), 4 * c.n_layers + 1);
+  // share a type), Q and K rotate in one op; the output and down projections add their result
+  // to the residual stream in the same op (no post-norms in llama), so there is no Add.
+  EXPECT_EQ(count_ops(p, OpCode::MatMul), 2 * c.n_layers + 1);
+  EXPECT_EQ(count_ops(p, OpCode::MatMulAdd), 2 * c.n_layers);
+  EXPECT_EQ(count_ops(p, OpCode::Add), 0);
   EXPECT_EQ(count_ops(p, OpCode::Rope), c.n_layers);
   EXPECT_EQ(count_ops(p, OpCode::GatherRows), 1);
   EXPECT_EQ(p.value(p.logits).cols, c.vocab_size);
@@ -47,7 +50,8 @@ TEST(DecoderProgram, ProjectionsUnstackedOnRequest) {
   setenv("CELLM_STACK_PROJECTIONS", "0", 1);
   const Program p = build_decoder_program(*file, c, Method::Decode, 4);
   unsetenv("CELLM_STACK_PROJECTIONS");
-  EXPECT_EQ(count_ops(p, OpCode::MatMul), 7 * c.n_layers + 1);
+  EXPECT_EQ(count_ops(p, OpCode::MatMul), 5 * c.n_layers + 1);
+  EXPECT_EQ(count_ops(p, OpCode::MatMulAdd), 2 * c.n_layers);
   EXPECT_EQ(count_ops(p, OpCode::Rope), 2 * c.n_layers);
   for (const ValueInfo& v : p.values) EXPECT_TRUE(v.parts.empty() && v.view_of == kNoValue) << v.name;
 }
@@ -81,14 +85,25 @@ TEST(DecoderProgram, Gemma3HasNormsAndTwoWindows) {
   EXPECT_EQ(p.min_tokens, 1);
   // Per layer: attn norm, q/k norms, post-attention, ffn norm, post-ffw; plus the output norm.
   EXPECT_EQ(count_ops(p, OpCode::RmsNorm), 6 * c.n_layers + 1);
+  // The post-norms sit between each projection and its residual add: no MatMulAdd.
+  EXPECT_EQ(count_ops(p, OpCode::MatMulAdd), 0);
+  EXPECT_EQ(count_ops(p, OpCode::Add), 2 * c.n_layers);
   EXPECT_EQ(p.geometry.windows(), (std::vector<int32_t>{0, 8}));
   EXPECT_EQ(c.global_layers(), (std::vector<int32_t>{5}));
   EXPECT_NE(p.manifest.find("kv.pages.w8"), nullptr);
 }
 
+void expect_arena_never_overlaps(const Program& p);
+
 TEST(DecoderProgram, ArenaNeverOverlapsLiveValues) {
-  const auto file = gguf::File::open(test::tiny_model("tiny-gemma3"));
-  const Program p = build_decoder_program(*file, read_model_config(*file), Method::Prefill, 16);
+  for (const char* model : {"tiny-gemma3", "tiny-llama"}) {
+    SCOPED_TRACE(model);
+    const auto file = gguf::File::open(test::tiny_model(model));
+    expect_arena_never_overlaps(build_decoder_program(*file, read_model_config(*file), Method::Prefill, 16));
+  }
+}
+
+void expect_arena_never_overlaps(const Program& p) {
   // For each op, the output's bytes must not overlap any input's bytes or any value still
   // needed later.
   std::vector<int> last(p.values.size(), -1);

@@ -266,6 +266,40 @@ TEST(CudaMatmul, BiasIsAddedLikeTheCpu) {
   }
 }
 
+// matmul_add (the residual added to the product in one op; one row fuses it into the product
+// kernel) gives the bits of matmul then add, and of the CPU backend's matmul_add.
+TEST(CudaMatmul, MatmulAddIsMatmulThenAdd) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t N = 70, K = 512;
+  const Rows source = random_rows(N, K, 151, 0.05f);
+  for (DType type : {DType::F32, DType::F16, DType::Q4_K, DType::Q6_K, DType::Q4_1, DType::Q8_0}) {
+    HostWeight w = quantized_weight(type, source);
+    const TensorRef placed = gpu.place_weight(w.ref(), "w");
+    for (int64_t T : {1, 3}) {
+      const Rows x = random_rows(T, K, static_cast<uint32_t>(400 + T));
+      const Rows residual = random_rows(T, N, static_cast<uint32_t>(500 + T), 4.0f);
+      DeviceBuffer d_x(gpu, x.values), d_res(gpu, residual.values);
+      DeviceBuffer d_fused(gpu, static_cast<size_t>(T * N) * sizeof(float));
+      DeviceBuffer d_apart(gpu, static_cast<size_t>(T * N) * sizeof(float));
+      const TensorRef gx = Rows::device_ref(d_x, T, K), gres = Rows::device_ref(d_res, T, N);
+      const TensorRef fused = Rows::device_ref(d_fused, T, N), apart = Rows::device_ref(d_apart, T, N);
+      gpu.matmul_add(gx, placed, gres, fused);
+      gpu.matmul(gx, placed, nullptr, apart);
+      gpu.add(gres, apart, apart);
+      const std::vector<float> got = d_fused.download<float>(static_cast<size_t>(T * N));
+      const std::vector<float> want = d_apart.download<float>(static_cast<size_t>(T * N));
+      const std::string what = std::string(dtype_name(type)) + " T=" + std::to_string(T);
+      EXPECT_EQ(identical(got, want), got.size()) << what;
+      Rows cpu_out(T, N);
+      cpu_backend().matmul_add(x.host_ref(), w.ref(), residual.host_ref(), cpu_out.host_ref());
+      if (cpu_runs_avx512()) {
+        EXPECT_EQ(identical(got, cpu_out.values), got.size()) << what << " vs the CPU";
+      }
+    }
+    gpu.release(placed.data);
+  }
+}
+
 // Every row count takes the same per-output sequence: a row is the same alone, in a small
 // batch or inside a prefill-sized one.
 TEST(CudaMatmul, RowsAreTheSameAloneOrInAnyBatch) {
