@@ -6,8 +6,9 @@
 // (scores, max, exponentials, sums) and only the fold of the chunks sequential, so a long
 // context splits across blocks without changing a bit:
 //  - split: block x of a (row, heads) takes chunks x, x + slots, ... and writes each chunk's
-//    (m_c, l_c, o_c) to the workspace; fold_kernel folds them in chunk order. For decode, where
-//    rows x heads alone would leave the GPU idle.
+//    (m_c, l_c, o_c) to the workspace; the last of those blocks to finish (an arrival counter
+//    per (row, heads) in the workspace) folds them in chunk order. For decode, where rows x
+//    heads alone would leave the GPU idle.
 //  - in place: one block per (row, heads) folds its chunks itself, in order. For many rows, and
 //    for a row with more chunks than the workspace holds per row (block 0 of its split blocks
 //    does it, the others return).
@@ -60,6 +61,7 @@ struct Args {
   const int32_t* positions;
   float scale;
   float* partials;  // split: [rows][n_heads][max_chunks][head_dim + 2]; null: in place
+  unsigned* arrivals;  // split: per (row, first head of a block) the blocks done so far, 0 between launches
   int max_chunks;   // chunk slots per (row, head) in `partials`
   int stage_cells;  // cells whose V rows are staged at a time (divides kChunk)
 };
@@ -298,6 +300,32 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, co
   }
 }
 
+// Output (row t, head, dimension d) from the workspace: the row's chunks folded in order
+// (attention_order.h). Chunks with l_c = 0 saw no visible cell. Reads with __ldcg: other
+// blocks wrote them.
+__device__ float fold_partials(const Args& a, int t, int head, int d, int n_chunks) {
+  const int hd = a.head_dim;
+  const float* base = a.partials + (static_cast<size_t>(t) * a.n_heads + head) * a.max_chunks * (hd + 2);
+  bool started = false;
+  float m = 0.0f, l = 0.0f, o = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float* slot = base + static_cast<size_t>(c) * (hd + 2);
+    const float l_c = __ldcg(slot + hd + 1);
+    if (l_c == 0.0f) continue;
+    const float m_c = __ldcg(slot + hd), o_c = __ldcg(slot + d);
+    if (!started) {
+      m = m_c, l = l_c, o = o_c, started = true;
+      continue;
+    }
+    const float m_new = fmaxf(m, m_c);
+    const float fa = libm::expf_glibc(__fsub_rn(m, m_new)), fb = libm::expf_glibc(__fsub_rn(m_c, m_new));
+    l = __fadd_rn(__fmul_rn(l, fa), __fmul_rn(l_c, fb));
+    o = __fadd_rn(__fmul_rn(o, fa), __fmul_rn(o_c, fb));
+    m = m_new;
+  }
+  return started ? __fdiv_rn(o, l) : 0.0f;
+}
+
 // kItems: (head, dimension) outputs per thread, >= heads_per_block * head_dim / kThreads.
 template <typename E, int kItems>
 __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
@@ -341,33 +369,20 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
     }
     __syncthreads();  // chunk_max/chunk_sum are rewritten by the next chunk
   }
-}
-
-// Folds the chunks of one (row, head) in order (attention_order.h); rows folded in place skip.
-__global__ void __launch_bounds__(kAttentionMaxHeadDim) fold_kernel(Args a) {
-  const int head = blockIdx.x, t = blockIdx.y, hd = a.head_dim, d = threadIdx.x;
-  const int n_entries = (a.page_rows[t + 1] - a.page_rows[t]) * a.page_size;
-  const int n_chunks = (n_entries + kChunk - 1) / kChunk;
-  if (n_chunks > a.max_chunks || n_chunks <= 1 || d >= hd) return;  // folded in place
-  const float* base = a.partials + (static_cast<size_t>(t) * a.n_heads + head) * a.max_chunks * (hd + 2);
-  bool started = false;
-  float m = 0.0f, l = 0.0f, o = 0.0f;
-  for (int c = 0; c < n_chunks; ++c) {
-    const float* slot = base + static_cast<size_t>(c) * (hd + 2);
-    const float l_c = slot[hd + 1];
-    if (l_c == 0.0f) continue;
-    const float m_c = slot[hd];
-    if (!started) {
-      m = m_c, l = l_c, o = slot[d], started = true;
-      continue;
-    }
-    const float m_new = fmaxf(m, m_c);
-    const float fa = libm::expf_glibc(__fsub_rn(m, m_new)), fb = libm::expf_glibc(__fsub_rn(m_c, m_new));
-    l = __fadd_rn(__fmul_rn(l, fa), __fmul_rn(l_c, fb));
-    o = __fadd_rn(__fmul_rn(o, fa), __fmul_rn(slot[d], fb));
-    m = m_new;
-  }
-  a.out[t * a.out_stride + static_cast<size_t>(head) * hd + d] = started ? __fdiv_rn(o, l) : 0.0f;
+  // The last of the row's split blocks to finish folds every chunk (one launch, no fold kernel):
+  // each block's partials are made visible before it counts itself in.
+  __shared__ unsigned arrived;
+  __threadfence();
+  __syncthreads();
+  unsigned* arrivals = a.arrivals + static_cast<size_t>(p.t) * a.n_heads + p.h0;
+  if (threadIdx.x == 0) arrived = atomicAdd(arrivals, 1u);
+  __syncthreads();
+  if (arrived != static_cast<unsigned>(min(n_chunks, static_cast<int>(gridDim.x))) - 1) return;
+  __threadfence();
+  float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
+  for (int item = threadIdx.x; item < p.heads * hd; item += kThreads)
+    out_row[item] = fold_partials(a, p.t, p.h0 + item / hd, item % hd, n_chunks);
+  if (threadIdx.x == 0) *arrivals = 0;  // ready for the next launch (graphs replay this one)
 }
 
 template <typename E, int kItems>
@@ -406,6 +421,9 @@ size_t attention_partials_floats() {
   return size_t{32} * 2048 * (128 + 2);
 }
 
+// A split row needs two chunk slots of head_dim + 2 >= 10 floats per head.
+size_t attention_arrival_count() { return attention_partials_floats() / 20; }
+
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                       const TensorRef& out, const AttentionWorkspace& workspace, cudaStream_t stream) {
   const int hd = kv.head_dim;
@@ -437,7 +455,8 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
   int slots = static_cast<int>(std::clamp<int64_t>(2 * target_blocks / base_blocks, 1, kMaxSlots));
   const int64_t max_chunks =
       static_cast<int64_t>(workspace.capacity_floats / (static_cast<size_t>(q.rows) * n_heads * (hd + 2)));
-  const bool split = slots > 1 && max_chunks >= 2 && workspace.partials != nullptr;
+  const bool split = slots > 1 && max_chunks >= 2 && workspace.partials != nullptr &&
+                     static_cast<size_t>(q.rows) * n_heads <= workspace.arrival_count;
   if (!split) slots = 1;
 
   const Args args{static_cast<const float*>(q.data),
@@ -459,6 +478,7 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
                   positions,
                   scale,
                   split ? workspace.partials : nullptr,
+                  workspace.arrivals,
                   static_cast<int>(std::min<int64_t>(max_chunks, 1 << 30)),
                   stage_cells};
   const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(n_heads / heads_per_block),
@@ -470,11 +490,6 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
     default: launch_typed<float>(args, grid, smem, stream); break;
   }
   check_launch("attention kernel");
-  if (split) {
-    fold_kernel<<<dim3(static_cast<unsigned>(n_heads), static_cast<unsigned>(q.rows)), kAttentionMaxHeadDim, 0,
-                  stream>>>(args);
-    check_launch("attention fold kernel");
-  }
 }
 
 }  // namespace cellm::cuda

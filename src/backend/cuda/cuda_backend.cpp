@@ -50,6 +50,11 @@ CudaBackend::CudaBackend(int device) : device_(device), memory_(device) {
     attention_partials_floats_ = attention_partials_floats();
     attention_partials_ =
         static_cast<float*>(memory_.allocate(attention_partials_floats_ * sizeof(float), "attention partials"));
+    attention_arrivals_ =
+        static_cast<unsigned*>(memory_.allocate(attention_arrival_count() * sizeof(unsigned), "attention arrivals"));
+    check(cudaMemsetAsync(attention_arrivals_, 0, attention_arrival_count() * sizeof(unsigned), stream_),
+          "attention arrivals");
+    check(cudaStreamSynchronize(stream_), "attention arrivals");
   } catch (...) {
     free_all();
     throw;
@@ -62,11 +67,14 @@ void CudaBackend::free_all() {
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   matmul_.reset();
   rope_tables_.reset();
-  try {
-    memory_.release(attention_partials_);
-  } catch (...) {
+  for (void* p : {static_cast<void*>(attention_partials_), static_cast<void*>(attention_arrivals_)}) {
+    try {
+      memory_.release(p);
+    } catch (...) {
+    }
   }
   attention_partials_ = nullptr;
+  attention_arrivals_ = nullptr;
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   stream_ = nullptr;
 }
@@ -199,7 +207,7 @@ void CudaBackend::kv_store(const TensorRef& k, const TensorRef& v, const backend
 void CudaBackend::attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                             const TensorRef& out) {
   use_device(device_);
-  launch_attention(q, kv, positions, scale, out, {attention_partials_, attention_partials_floats_, sm_count_}, stream_);
+  launch_attention(q, kv, positions, scale, out, {attention_partials_, attention_partials_floats_, attention_arrivals_, attention_arrival_count(), sm_count_}, stream_);
 }
 
 void CudaBackend::add(const TensorRef& a, const TensorRef& b, const TensorRef& out) {

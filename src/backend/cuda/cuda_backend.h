@@ -88,6 +88,7 @@ class CudaBackend final : public backend::Backend {
   std::unique_ptr<RopeTables> rope_tables_;
   float* attention_partials_ = nullptr;
   size_t attention_partials_floats_ = 0;
+  unsigned* attention_arrivals_ = nullptr;
 };
 
 }  // namespace cellm::cuda

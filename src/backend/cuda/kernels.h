@@ -50,11 +50,14 @@ void launch_convert_bf16(const TensorRef& x, int64_t row0, int64_t rows, void* d
 struct AttentionWorkspace {
   float* partials = nullptr;
   size_t capacity_floats = 0;
+  unsigned* arrivals = nullptr;  // attention_arrival_count() counters, zero between launches
+  size_t arrival_count = 0;
   int sm_count = 1;
 };
 inline constexpr int kAttentionMaxHeadDim = 256;
 inline constexpr int kAttentionMaxGroupDims = 4096;  // query heads per KV head x head_dim
 size_t attention_partials_floats();
+size_t attention_arrival_count();  // enough for every (row, head) that fits the partials
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                       const TensorRef& out, const AttentionWorkspace& workspace, cudaStream_t stream);
 

@@ -8,6 +8,7 @@
 // workspace at all.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -141,15 +142,25 @@ class PagedAttentionScenario {
                     Rows::device_ref(d_out, T, q_cols));
       std::vector<std::pair<std::string, std::vector<float>>> results;
       results.emplace_back("backend", d_out.download<float>(q.values.size()));
+      // Again: the split blocks' arrival counters must be back at zero for the next launch.
+      gpu.attention(Rows::device_ref(d_q, T, q_cols), device_kv, d_pos.as<int32_t>(), scale,
+                    Rows::device_ref(d_out, T, q_cols));
+      results.emplace_back("backend, second launch", d_out.download<float>(q.values.size()));
       // A workspace for two chunks per row and head: longer rows fold in place.
       const size_t two_chunks = static_cast<size_t>(T) * layout_.n_kv_heads * layout_.group * (layout_.head_dim + 2) * 2;
       DeviceBuffer d_partials(gpu, two_chunks * sizeof(float));
-      for (const AttentionWorkspace& ws : {AttentionWorkspace{d_partials.as<float>(), two_chunks, gpu.sm_count()},
-                                           AttentionWorkspace{nullptr, 0, gpu.sm_count()}}) {
+      const size_t arrival_count = static_cast<size_t>(T) * layout_.n_kv_heads * layout_.group;
+      DeviceBuffer d_arrivals(gpu, std::vector<uint32_t>(arrival_count, 0));
+      for (const AttentionWorkspace& ws :
+           {AttentionWorkspace{d_partials.as<float>(), two_chunks, d_arrivals.as<unsigned>(), arrival_count, gpu.sm_count()},
+            AttentionWorkspace{nullptr, 0, nullptr, 0, gpu.sm_count()}}) {
         launch_attention(Rows::device_ref(d_q, T, q_cols), device_kv, d_pos.as<int32_t>(), scale,
                          Rows::device_ref(d_out, T, q_cols), ws, gpu.stream());
         results.emplace_back(ws.partials ? "two-chunk workspace" : "no workspace", d_out.download<float>(q.values.size()));
       }
+      const std::vector<uint32_t> arrivals = d_arrivals.download<uint32_t>(arrival_count);
+      EXPECT_EQ(std::count(arrivals.begin(), arrivals.end(), 0u), static_cast<long>(arrival_count))
+          << what << " layer " << l << ": the last split block resets its arrival counter";
       const cpu::CpuFeatures& f = cpu::cpu_features();
       size_t bad = 0;
       for (const auto& [how, got] : results) {
