@@ -10,8 +10,9 @@
 //    (llama3-8b's 4096 x 4096 is 512 groups), large ones loop over groups;
 //  - a pass's kRows row segments are copied to shared memory with 16-byte cp.async, one item
 //    ahead (two stages per warp), as contiguous chunks: a warp's load instruction reads whole
-//    lines. The activations stay in global memory (L1-resident); the lanes of one j read the
-//    same address;
+//    lines. The quantized activations come from global memory (L1-resident) or, for a row the
+//    kernel quantizes itself (kQuantizes: a prologue while the first weights are on their way),
+//    from shared memory; the lanes of one j read the same address;
 //  - every lane writes its blocks' float operands to shared memory; after the round's barrier,
 //    warp 0 folds them in block order: the k-quants one chain per row, the 32-element formats
 //    four (block b to chain b % 4, lane (b % 4, r)), closed by (acc0 + acc1) + (acc2 + acc3).
