@@ -267,7 +267,9 @@ bool gemv_one_token_supported(const TensorRef& w) {
 
 void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream) {
+  const size_t padded_row = (row_bytes(w.dtype, w.cols) + 15) / 16 * 16;  // what the copies may read
   if (x.rows != 1 || x.dtype != DType::F32 || x.cols != w.cols || reinterpret_cast<uintptr_t>(x.data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_stride % 16 != 0 || w.row_stride < padded_row ||
       !gemv_one_token_supported(w))
     fail(ErrorCode::Internal, "one-token gemv: unsupported operands (", dtype_name(w.dtype), ", ", x.rows, " x ",
          x.cols, ")");
@@ -278,7 +280,7 @@ void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, co
   if (q != nullptr) args.act = {q->codes, q->scales, q->sums, q->group_sums};
   args.w = static_cast<const uint8_t*>(w.data);
   args.w_stride = w.row_stride;
-  args.row_chunks = (row_bytes(w.dtype, w.cols) + 15) / 16;
+  args.row_chunks = padded_row / 16;
   args.n = w.rows;
   args.out = static_cast<float*>(out.data);
   args.bias = bias;
