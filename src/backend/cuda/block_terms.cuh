@@ -14,17 +14,17 @@
 // The weight block has been staged in shared memory at its address's offset modulo 16, so the
 // 18-, 22-, 34- and 210-byte blocks sit 2-byte aligned: those read the aligned words around them
 // and shift (up to 4 bytes past the block: the staging area has that slack).
+// Each Terms type extends the format's description in weight_units_int8.cuh (sizes, activation
+// format, packed fields) with the whole-block computation; TermsOf<Format> finds it.
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
 #include "backend/cuda/gemv_common.cuh"
-#include "backend/cuda/matmul_kernels.h"
-#include "gguf/quant_blocks.h"
+#include "backend/cuda/weight_units_int8.cuh"
 
 namespace cellm::cuda::exact::one_lane {
 
-constexpr uint32_t kLow = 0x0f0f0f0fu;
 constexpr uint32_t kHigh = 0xf0f0f0f0u;
 constexpr int kOnes = 0x01010101;
 
@@ -46,22 +46,6 @@ struct TokenActivations {
 
 __device__ __forceinline__ uint4 load16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ float half_bits(uint32_t bits) { return __half2float(__ushort_as_half(static_cast<unsigned short>(bits))); }
-__device__ __forceinline__ float load_half(const uint8_t* p) {
-  return __half2float(*reinterpret_cast<const __half*>(p));
-}
-
-// kWords words starting at the 2-byte aligned address p (reads the kWords + 1 aligned words
-// from p rounded down).
-template <int kWords>
-__device__ __forceinline__ void load_words_align2(const uint8_t* p, uint32_t (&out)[kWords]) {
-  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
-  const uint32_t shift = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 2u) * 8u;
-  uint32_t v[kWords + 1];
-#pragma unroll
-  for (int i = 0; i <= kWords; ++i) v[i] = w[i];
-#pragma unroll
-  for (int i = 0; i < kWords; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], shift);
-}
 
 // 32 activation codes as eight words.
 __device__ __forceinline__ void load_codes32(const int8_t* p, int (&a)[8]) {
@@ -73,9 +57,6 @@ __device__ __forceinline__ void load_codes32(const int8_t* p, int (&a)[8]) {
 // 32-element formats: qs[l] holds element l (low nibble) and l + 16 (high nibble); Q5 formats
 // add bit l of qh as the fifth bit of element l.
 
-// Four bits (bits 0..3 of x) moved to bit 4 of each byte.
-__device__ __forceinline__ uint32_t fifth_bits(uint32_t x) { return ((x * 0x00204081u) & 0x01010101u) << 4; }
-
 // The exact dot of 32 codes q (four words of low nibbles in qs, their high nibbles for elements
 // 16..31; fifth bits from qh when kQh) with the activation words a.
 template <bool kQh>
@@ -83,10 +64,10 @@ __device__ __forceinline__ int nibble_block_dot(const uint32_t (&qs)[4], uint32_
   int lo = 0, hi = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    uint32_t l = qs[i] & kLow;
+    uint32_t l = qs[i] & kLow4;
     if constexpr (kQh) {
-      l |= fifth_bits((qh >> (4 * i)) & 0xfu);
-      const uint32_t h = ((qs[i] >> 4) & kLow) | fifth_bits((qh >> (16 + 4 * i)) & 0xfu);
+      l |= spread_fifth_bits((qh >> (4 * i)) & 0xfu);
+      const uint32_t h = ((qs[i] >> 4) & kLow4) | spread_fifth_bits((qh >> (16 + 4 * i)) & 0xfu);
       hi = dp4a_us(h, a[4 + i], hi);
     } else {
       hi = dp4a_us(qs[i] & kHigh, a[4 + i], hi);  // 16 x the high nibbles
@@ -105,15 +86,8 @@ __device__ __forceinline__ int code_sum32(const int (&a)[8]) {
 }
 
 template <DType kT>
-struct Block32Terms {
-  static constexpr int kElems = 32;
-  static constexpr bool kHasMin = kT == DType::Q4_1 || kT == DType::Q5_1;
-  static constexpr ActivationFormat kActivations = kHasMin ? ActivationFormat::Q8_1 : ActivationFormat::Q8_0;
-  static constexpr int kBlockBytes = kT == DType::Q8_0   ? 34
-                                     : kT == DType::Q4_0 ? 18
-                                     : kT == DType::Q4_1 ? 20
-                                     : kT == DType::Q5_0 ? 22
-                                                         : 24;
+struct Block32Terms : Block32<kT> {
+  using Block32<kT>::kHasMin;
 
   __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
     int a[8];
@@ -124,7 +98,7 @@ struct Block32Terms {
     if constexpr (kT == DType::Q8_0) {
       uint32_t q[8];
       load_words_align2(block + 2, q);
-      dw = load_half(block);
+      dw = half_at(block);
       isum = 0;
 #pragma unroll
       for (int i = 0; i < 8; ++i) isum = __dp4a(static_cast<int>(q[i]), a[i], isum);
@@ -145,7 +119,7 @@ struct Block32Terms {
       uint32_t words[kQh ? 5 : 4];
       load_words_align2(block + 2, words);
       const uint32_t q[4] = {words[kQh ? 1 : 0], words[kQh ? 2 : 1], words[kQh ? 3 : 2], words[kQh ? 4 : 3]};
-      dw = load_half(block);
+      dw = half_at(block);
       isum = nibble_block_dot<kQh>(q, kQh ? words[0] : 0u, a) - (kQh ? 16 : 8) * code_sum32(a);
     }
     if constexpr (kHasMin) sa = act.sums[b];
@@ -156,26 +130,17 @@ struct Block32Terms {
 // ---------------------------------------------------------------------------------------------
 // k-quants (256 elements, 8 or 16 scale groups; Q8_K activations with their 16 group sums).
 
-// The 6-bit scales and mins of Q4_K/Q5_K (12 bytes after d and dmin) as bytes 0..7 of two
-// words each (gguf/quant_k_scales.h has the packing).
-struct KScales {
-  uint32_t sc_lo, sc_hi, m_lo, m_hi;
-};
-__device__ __forceinline__ KScales unpack_k_scales(uint32_t a0, uint32_t a1, uint32_t a2) {
-  return {a0 & 0x3f3f3f3fu, (a2 & kLow) | ((a0 >> 2) & 0x30303030u), a1 & 0x3f3f3f3fu,
-          ((a2 >> 4) & kLow) | ((a1 >> 2) & 0x30303030u)};
-}
 __device__ __forceinline__ int byte_of(uint32_t w, int i) { return static_cast<int>((w >> (8 * i)) & 0xffu); }
 
 // sum over the 8 sub-blocks s of mins[s] * (group sum 2s + group sum 2s + 1): the group sums
 // come as int16 pairs, one word per sub-block; dp2a multiplies a pair by two bytes.
-__device__ __forceinline__ int k_min_sum(const KScales& k, const int16_t* groups) {
+__device__ __forceinline__ int k_min_sum(const KScaleWords& k, const int16_t* groups) {
   const int4 g0 = reinterpret_cast<const int4*>(groups)[0], g1 = reinterpret_cast<const int4*>(groups)[1];
   const int g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
   int sum = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const uint32_t mins = j < 2 ? k.m_lo : k.m_hi;
+    const uint32_t mins = j < 2 ? k.mins_lo : k.mins_hi;
     // bytes (m_2j, m_2j, m_2j+1, m_2j+1) of this pair of sub-blocks
     const int twice = static_cast<int>(__byte_perm(mins, 0, (j & 1) ? 0x3322u : 0x1100u));
     sum = __dp2a_lo(g[2 * j], twice, sum);
@@ -185,20 +150,17 @@ __device__ __forceinline__ int k_min_sum(const KScales& k, const int16_t* groups
 }
 
 template <bool kFifthBit>
-struct KAsymmetricTerms {  // Q4_K, Q5_K
-  static constexpr int kElems = 256;
-  static constexpr bool kHasMin = true;
-  static constexpr ActivationFormat kActivations = ActivationFormat::Q8_K;
-  static constexpr int kBlockBytes = kFifthBit ? 176 : 144;
+struct KAsymmetricTerms : KAsymmetric<kFifthBit> {  // Q4_K, Q5_K
+  using KAsymmetric<kFifthBit>::kQs;
 
   __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
     const uint4 head = load16(block);  // d, dmin, 12 bytes of scales
     uint4 qs[8], qh[2] = {};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) qs[i] = load16(block + (kFifthBit ? 48 : 16) + 16 * i);
+    for (int i = 0; i < 8; ++i) qs[i] = load16(block + kQs + 16 * i);
     if constexpr (kFifthBit) qh[0] = load16(block + 16), qh[1] = load16(block + 32);
     const uint32_t high_bits[8] = {qh[0].x, qh[0].y, qh[0].z, qh[0].w, qh[1].x, qh[1].y, qh[1].z, qh[1].w};
-    const KScales k = unpack_k_scales(head.y, head.z, head.w);
+    const KScaleWords k = k_scale_words(head.y, head.z, head.w);
     const int8_t* codes = act.codes + 256 * b;
     int isum = 0;
 #pragma unroll
@@ -213,15 +175,15 @@ struct KAsymmetricTerms {  // Q4_K, Q5_K
       for (int i = 0; i < 8; ++i) {
         if constexpr (kFifthBit) {
           const uint32_t h = high_bits[i];
-          lo = dp4a_us((q[i] & kLow) | (((h >> (2 * c)) & 0x01010101u) << 4), a_lo[i], lo);
-          hi = dp4a_us(((q[i] >> 4) & kLow) | (((h >> (2 * c + 1)) & 0x01010101u) << 4), a_hi[i], hi);
+          lo = dp4a_us((q[i] & kLow4) | (((h >> (2 * c)) & 0x01010101u) << 4), a_lo[i], lo);
+          hi = dp4a_us(((q[i] >> 4) & kLow4) | (((h >> (2 * c + 1)) & 0x01010101u) << 4), a_hi[i], hi);
         } else {
-          lo = dp4a_us(q[i] & kLow, a_lo[i], lo);
+          lo = dp4a_us(q[i] & kLow4, a_lo[i], lo);
           hi = dp4a_us(q[i] & kHigh, a_hi[i], hi);
         }
       }
       if constexpr (!kFifthBit) hi >>= 4;
-      const uint32_t sc = c < 2 ? k.sc_lo : k.sc_hi;
+      const uint32_t sc = c < 2 ? k.scales_lo : k.scales_hi;
       isum += byte_of(sc, 2 * (c & 1)) * lo + byte_of(sc, 2 * (c & 1) + 1) * hi;
     }
     const int msum = k_min_sum(k, act.group_sums + 16 * b);
@@ -234,11 +196,7 @@ struct KAsymmetricTerms {  // Q4_K, Q5_K
 // Q6_K (210 bytes: ql[128], qh[64], int8 scales[16], d): element 128h + 32k + l (k = 0..3,
 // l = 0..31) is ql[64h + l + 32 (k & 1)] (low nibble for k < 2, high for k >= 2) with bits
 // 2k, 2k+1 of qh[32h + l] above it, minus 32; its scale is scales[8h + 2k + l / 16].
-struct Q6KTerms {
-  static constexpr int kElems = 256;
-  static constexpr bool kHasMin = false;
-  static constexpr ActivationFormat kActivations = ActivationFormat::Q8_K;
-  static constexpr int kBlockBytes = 210;
+struct Q6KTerms : KQ6 {
 
   __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
     const int8_t* codes = act.codes + 256 * b;
@@ -263,7 +221,7 @@ struct Q6KTerms {
           for (int i = 0; i < 4; ++i) {
             const int word = 4 * half + i;  // bytes l = 4 word .. 4 word + 3
             const uint32_t src = ql[word + 8 * (k & 1)];
-            const uint32_t low = k < 2 ? (src & kLow) : ((src >> 4) & kLow);
+            const uint32_t low = k < 2 ? (src & kLow4) : ((src >> 4) & kLow4);
             const uint32_t q = low | (((qh[word] >> (2 * k)) & 0x03030303u) << 4);
             dot = dp4a_us(q, a[i], dot);
           }
@@ -274,24 +232,24 @@ struct Q6KTerms {
       }
     }
     const float da = act.scales[b];
-    return make_float4(__int2float_rn(isum), __fmul_rn(load_half(block + 208), da), 0.0f, 0.0f);
+    return make_float4(__int2float_rn(isum), __fmul_rn(half_at(block + 208), da), 0.0f, 0.0f);
   }
 };
 
-// Calls fn(Terms{}) for a quantized weight type; false for types without a single-lane form.
-template <typename Fn>
-bool visit_block_terms(DType type, Fn&& fn) {
-  switch (type) {
-    case DType::Q8_0: fn(Block32Terms<DType::Q8_0>{}); return true;
-    case DType::Q4_0: fn(Block32Terms<DType::Q4_0>{}); return true;
-    case DType::Q4_1: fn(Block32Terms<DType::Q4_1>{}); return true;
-    case DType::Q5_0: fn(Block32Terms<DType::Q5_0>{}); return true;
-    case DType::Q5_1: fn(Block32Terms<DType::Q5_1>{}); return true;
-    case DType::Q4_K: fn(KAsymmetricTerms<false>{}); return true;
-    case DType::Q5_K: fn(KAsymmetricTerms<true>{}); return true;
-    case DType::Q6_K: fn(Q6KTerms{}); return true;
-    default: return false;
-  }
-}
+// The Terms type of each format of visit_exact_format.
+template <class Format>
+struct TermsOf;
+template <DType kT>
+struct TermsOf<Block32<kT>> {
+  using type = Block32Terms<kT>;
+};
+template <bool kFifthBit>
+struct TermsOf<KAsymmetric<kFifthBit>> {
+  using type = KAsymmetricTerms<kFifthBit>;
+};
+template <>
+struct TermsOf<KQ6> {
+  using type = Q6KTerms;
+};
 
 }  // namespace cellm::cuda::exact::one_lane

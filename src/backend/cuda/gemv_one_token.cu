@@ -262,7 +262,7 @@ void launch(const OneTokenArgs& a, int sm_count, cudaStream_t stream) {
 }  // namespace
 
 bool gemv_one_token_supported(const TensorRef& w) {
-  return w.cols <= kMaxColumns && exact::one_lane::visit_block_terms(w.dtype, [](auto) {});
+  return w.cols <= kMaxColumns && exact::visit_exact_format(w.dtype, [](auto) {});
 }
 
 void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
@@ -284,7 +284,8 @@ void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, co
   args.n = w.rows;
   args.out = static_cast<float*>(out.data);
   args.bias = bias;
-  const bool known = exact::one_lane::visit_block_terms(w.dtype, [&]<class F>(F) {
+  const bool known = exact::visit_exact_format(w.dtype, [&]<class Format>(Format) {
+    using F = typename exact::one_lane::TermsOf<Format>::type;
     args.blocks = static_cast<int>(w.cols / F::kElems);
     if (q == nullptr)
       launch<F, true>(args, sm_count, stream);

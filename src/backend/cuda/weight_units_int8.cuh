@@ -13,7 +13,7 @@
 //  - Q6_K, 4 lanes: part j holds, of half h = j/2, the positions l in [16(j%2), 16(j%2)+16)
 //    of its four 32-element quarters (elements 128h + 32k + l, k = 0..3).
 // Blocks are read from shared memory where they sit at their offset in the row, so only the
-// 144- and 176-byte k-quants are 16-byte aligned; the others use the *_align2 readers.
+// 144- and 176-byte k-quants are 16-byte aligned; the others use load_words_align2.
 #include <cuda_fp16.h>
 
 #include <cstddef>
@@ -30,29 +30,17 @@ __device__ __forceinline__ float half_at(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short*>(p)));
 }
 
-// 4, 8 or 16 bytes at a 2-byte aligned shared-memory address (reads up to 4 bytes past them).
-__device__ __forceinline__ uint32_t word_align2(const uint8_t* p) {
+// kWords words starting at the 2-byte aligned shared-memory address p (reads the kWords + 1
+// aligned words from p rounded down, up to 4 bytes past the words).
+template <int kWords>
+__device__ __forceinline__ void load_words_align2(const uint8_t* p, uint32_t (&out)[kWords]) {
   const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
-  return __funnelshift_r(w[0], w[1], static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 2u) * 8u);
-}
-__device__ __forceinline__ uint2 two_words_align2(const uint8_t* p) {
-  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
-  const uint32_t s = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 2u) * 8u;
-  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
-  return make_uint2(__funnelshift_r(w0, w1, s), __funnelshift_r(w1, w2, s));
-}
-__device__ __forceinline__ void four_words_align2(const uint8_t* p, uint32_t (&out)[4]) {
-  const auto* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
-  const uint32_t s = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 2u) * 8u;
-  uint32_t v[5];
+  const uint32_t shift = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 2u) * 8u;
+  uint32_t v[kWords + 1];
 #pragma unroll
-  for (int i = 0; i < 5; ++i) v[i] = w[i];
+  for (int i = 0; i <= kWords; ++i) v[i] = w[i];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], s);
-}
-__device__ __forceinline__ void four_words_align16(const uint8_t* p, uint32_t (&out)[4]) {
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
-  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  for (int i = 0; i < kWords; ++i) out[i] = __funnelshift_r(v[i], v[i + 1], shift);
 }
 
 // Activation codes (global memory, read through the read-only cache).
@@ -100,15 +88,17 @@ struct Block32 {
 
   __device__ static void lane(const uint8_t* block, int part, Lane& l) {
     if constexpr (kT == DType::Q8_0) {
-      four_words_align2(block + kQs + 16 * part, l.w);
+      load_words_align2(block + kQs + 16 * part, l.w);
     } else {
-      const uint2 qs = two_words_align2(block + kQs + 8 * part);
-      l.w[0] = qs.x & kLow4;  // elements 8h..8h+3
-      l.w[1] = qs.y & kLow4;  // 8h+4..8h+7
-      l.w[2] = (qs.x >> 4) & kLow4;  // 16+8h..
-      l.w[3] = (qs.y >> 4) & kLow4;  // 16+8h+4..
+      uint32_t qs[2], qh_word[1];
+      load_words_align2(block + kQs + 8 * part, qs);
+      l.w[0] = qs[0] & kLow4;  // elements 8h..8h+3
+      l.w[1] = qs[1] & kLow4;  // 8h+4..8h+7
+      l.w[2] = (qs[0] >> 4) & kLow4;  // 16+8h..
+      l.w[3] = (qs[1] >> 4) & kLow4;  // 16+8h+4..
       if constexpr (kQh >= 0) {
-        const uint32_t qh = word_align2(block + kQh) >> (8 * part);
+        load_words_align2(block + kQh, qh_word);
+        const uint32_t qh = qh_word[0] >> (8 * part);
         l.w[0] |= spread_fifth_bits(qh & 0xfu);
         l.w[1] |= spread_fifth_bits((qh >> 4) & 0xfu);
         l.w[2] |= spread_fifth_bits((qh >> 16) & 0xfu);
@@ -260,9 +250,9 @@ struct KQ6 {
   __device__ static void lane(const uint8_t* block, int part, Lane& l) {
     const int h = part >> 1, l0 = 16 * (part & 1);
     uint32_t a[4], b[4], c[4];
-    four_words_align2(block + 64 * h + l0, a);                // ql: quarters 0 and 2
-    four_words_align2(block + 64 * h + 32 + l0, b);           // ql: quarters 1 and 3
-    four_words_align2(block + 128 + 32 * h + l0, c);          // qh: two bits per quarter
+    load_words_align2(block + 64 * h + l0, a);       // ql: quarters 0 and 2
+    load_words_align2(block + 64 * h + 32 + l0, b);  // ql: quarters 1 and 3
+    load_words_align2(block + 128 + 32 * h + l0, c); // qh: two bits per quarter
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       l.v[0][i] = __vsub4((a[i] & kLow4) | ((c[i] & 0x03030303u) << 4), 0x20202020u);
@@ -271,12 +261,13 @@ struct KQ6 {
       l.v[3][i] = __vsub4(((b[i] >> 4) & kLow4) | (((c[i] >> 6) & 0x03030303u) << 4), 0x20202020u);
     }
     // Scale of elements 128h + 32k + l: scales[8h + 2k + l / 16].
-    const uint2 s = two_words_align2(block + 192 + 8 * h);
+    uint32_t s[2];
+    load_words_align2(block + 192 + 8 * h, s);
     const uint32_t shift = 8 * (part & 1);
-    l.sc[0] = static_cast<int8_t>(s.x >> shift);
-    l.sc[1] = static_cast<int8_t>(s.x >> (shift + 16));
-    l.sc[2] = static_cast<int8_t>(s.y >> shift);
-    l.sc[3] = static_cast<int8_t>(s.y >> (shift + 16));
+    l.sc[0] = static_cast<int8_t>(s[0] >> shift);
+    l.sc[1] = static_cast<int8_t>(s[0] >> (shift + 16));
+    l.sc[2] = static_cast<int8_t>(s[1] >> shift);
+    l.sc[3] = static_cast<int8_t>(s[1] >> (shift + 16));
   }
 
   __device__ static int partial(const Lane& l, int part, const int8_t* codes, const int16_t*, int& min_sum) {
