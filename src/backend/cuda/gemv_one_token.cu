@@ -151,15 +151,28 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
   const int64_t items = (groups - blockIdx.x + gridDim.x - 1) / gridDim.x * rounds;  // this block's (group, round)s
 
   // Item i: group blockIdx.x + (i / rounds) * gridDim.x, round i % rounds; this warp's pass of
-  // it is kWarps * round + warp. Its segments go to stage i % 2: chunk c of the warp's copy is
-  // chunk c % kChunks of row c / kChunks, from the segment's first block rounded down to 16 bytes.
+  // it is kWarps * round + warp.
+  struct Item {
+    int round, pass;
+    int64_t row0;  // the group's first row
+    int rows;      // of the group (fewer than kRows only at the end)
+  };
+  auto item_at = [&](int64_t i) {
+    Item it;
+    it.round = static_cast<int>(i % rounds);
+    it.pass = it.round * kWarps + warp;
+    it.row0 = (blockIdx.x + (i / rounds) * gridDim.x) * kRows;
+    it.rows = static_cast<int>(min(static_cast<int64_t>(kRows), a.n - it.row0));
+    return it;
+  };
+  // Item i's segments go to stage i % 2: chunk c of the warp's copy is chunk c % kChunks of row
+  // c / kChunks, from the segment's first block rounded down to 16 bytes.
   auto issue_copy = [&](int64_t i) {
-    const int64_t g = blockIdx.x + (i / rounds) * gridDim.x;
-    const int p = static_cast<int>(i % rounds) * kWarps + warp;
+    const Item it = item_at(i);
+    const int p = it.pass, rows = it.rows;
+    const int64_t row0 = it.row0;
     if (i < items && p < passes) {
       uint8_t* stage = stages + (i & 1) * S::kStageBytes;
-      const int64_t row0 = g * kRows;
-      const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), a.n - row0));
       const size_t first_chunk = static_cast<size_t>(p) * S::kSpan * F::kBlockBytes / 16;
 #pragma unroll
       for (int k = 0; k < (kRows * S::kChunks + 31) / 32; ++k) {
@@ -179,11 +192,9 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
 
   float acc = 0.0f;  // warp 0: the fold's accumulator of row lane % kRows (chain lane / kRows)
   for (int64_t i = 0; i < items; ++i) {
-    const int64_t g = blockIdx.x + (i / rounds) * gridDim.x;
-    const int round = static_cast<int>(i % rounds);
-    const int p = round * kWarps + warp;
-    const int64_t row0 = g * kRows;
-    const int rows = static_cast<int>(min(static_cast<int64_t>(kRows), a.n - row0));
+    const Item it = item_at(i);
+    const int round = it.round, p = it.pass, rows = it.rows;
+    const int64_t row0 = it.row0;
     float4* ops = operands + (i & 1) * kRows * S::kRoundStride;
     issue_copy(i + 1);
     exact::cp_async_wait<1>();
