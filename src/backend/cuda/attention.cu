@@ -254,6 +254,17 @@ __device__ __forceinline__ Place place_of(const Args& a) {
   return p;
 }
 
+// Folding a chunk (max m_c) into the running state (max m), attention_order.h: m' = max(m, m_c),
+// v = v * expf(m - m') + v_c * expf(m_c - m') for the sum and every output.
+struct FoldStep {
+  float a, b, m;  // expf(m - m'), expf(m_c - m'), m'
+  __device__ float operator()(float v, float v_c) const { return __fadd_rn(__fmul_rn(v, a), __fmul_rn(v_c, b)); }
+};
+__device__ __forceinline__ FoldStep fold_step(float m, float m_c) {
+  const float m_new = fmaxf(m, m_c);
+  return {libm::expf_glibc(__fsub_rn(m, m_new)), libm::expf_glibc(__fsub_rn(m_c, m_new)), m_new};
+}
+
 // Chunks folded in order by this block; writes the row's outputs for its heads.
 template <typename E, int kItems>
 __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, const Place& p, int n_chunks, int n_entries) {
@@ -271,9 +282,7 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, co
       if (!started) {
         acc[j] = o[j];
       } else {
-        const float m = s.max[h], m_c = s.chunk_max[h], m_new = fmaxf(m, m_c);
-        const float fa = libm::expf_glibc(__fsub_rn(m, m_new)), fb = libm::expf_glibc(__fsub_rn(m_c, m_new));
-        acc[j] = __fadd_rn(__fmul_rn(acc[j], fa), __fmul_rn(o[j], fb));
+        acc[j] = fold_step(s.max[h], s.chunk_max[h])(acc[j], o[j]);
       }
     }
     __syncthreads();  // every thread has read s.max before it moves on
@@ -283,10 +292,9 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, co
         s.max[h] = s.chunk_max[h];
         s.sum[h] = s.chunk_sum[h];
       } else {
-        const float m = s.max[h], m_c = s.chunk_max[h], m_new = fmaxf(m, m_c);
-        const float fa = libm::expf_glibc(__fsub_rn(m, m_new)), fb = libm::expf_glibc(__fsub_rn(m_c, m_new));
-        s.sum[h] = __fadd_rn(__fmul_rn(s.sum[h], fa), __fmul_rn(s.chunk_sum[h], fb));
-        s.max[h] = m_new;
+        const FoldStep f = fold_step(s.max[h], s.chunk_max[h]);
+        s.sum[h] = f(s.sum[h], s.chunk_sum[h]);
+        s.max[h] = f.m;
       }
     }
     started = true;
@@ -317,11 +325,10 @@ __device__ float fold_partials(const Args& a, int t, int head, int d, int n_chun
       m = m_c, l = l_c, o = o_c, started = true;
       continue;
     }
-    const float m_new = fmaxf(m, m_c);
-    const float fa = libm::expf_glibc(__fsub_rn(m, m_new)), fb = libm::expf_glibc(__fsub_rn(m_c, m_new));
-    l = __fadd_rn(__fmul_rn(l, fa), __fmul_rn(l_c, fb));
-    o = __fadd_rn(__fmul_rn(o, fa), __fmul_rn(o_c, fb));
-    m = m_new;
+    const FoldStep f = fold_step(m, m_c);
+    l = f(l, l_c);
+    o = f(o, o_c);
+    m = f.m;
   }
   return started ? __fdiv_rn(o, l) : 0.0f;
 }
