@@ -26,6 +26,17 @@ Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Meth
   const float embd_scale = c.scale_embeddings ? std::sqrt(static_cast<float>(c.n_embd)) : 1.0f;
   ValueId x = b.embed(p.tokens, token_embd, embd_scale);
 
+  // x += the projection of `in` by `w`, through the post-norm `post_norm` where the model has
+  // them; without one the matmul and the add are one op.
+  auto add_projection = [&](ValueId in, ValueId w, const std::string& post_norm) {
+    if (!c.post_norms) {
+      x = b.matmul_add(in, w, x);
+      return;
+    }
+    const ValueId product = b.matmul(in, w);
+    x = b.add(x, b.rms_norm(product, b.vector_weight(post_norm, c.n_embd), c.rms_eps));
+  };
+
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const std::string blk = "blk." + std::to_string(l) + ".";
     const LayerConfig& layer = c.layers[l];
@@ -57,24 +68,12 @@ Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Meth
     }
     b.kv_store(l, k, v);
     ValueId attn = b.attention(l, q, c.attention_scale);
-    const ValueId w_o = b.weight(blk + "attn_output.weight", c.n_embd, q_dim);
-    if (c.post_norms) {
-      const ValueId o = b.matmul(attn, w_o);
-      x = b.add(x, b.rms_norm(o, b.vector_weight(blk + "post_attention_norm.weight", c.n_embd), c.rms_eps));
-    } else {
-      x = b.matmul_add(attn, w_o, x);
-    }
+    add_projection(attn, b.weight(blk + "attn_output.weight", c.n_embd, q_dim), blk + "post_attention_norm.weight");
 
     h = b.rms_norm(x, b.vector_weight(blk + "ffn_norm.weight", c.n_embd), c.rms_eps);
     const auto gate_up = b.projections(h, {{blk + "ffn_gate.weight", c.n_ff}, {blk + "ffn_up.weight", c.n_ff}}, stack);
     const ValueId act = b.glu(gate_up[0], gate_up[1], glu_act);
-    const ValueId w_down = b.weight(blk + "ffn_down.weight", c.n_embd, c.n_ff);
-    if (c.post_norms) {
-      const ValueId down = b.matmul(act, w_down);
-      x = b.add(x, b.rms_norm(down, b.vector_weight(blk + "post_ffw_norm.weight", c.n_embd), c.rms_eps));
-    } else {
-      x = b.matmul_add(act, w_down, x);
-    }
+    add_projection(act, b.weight(blk + "ffn_down.weight", c.n_embd, c.n_ff), blk + "post_ffw_norm.weight");
   }
 
   // Only the rows whose logits are wanted go through the final norm and the output matrix.
