@@ -97,10 +97,7 @@ void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w,
     os.rows = rows;
     const QuantizedActivations q = carve_quantized_activations(q_scratch_, rows, x.cols);
     launch_quantize_activations(xs, format, q, stream_);
-    if (rows == 1 && gemv_one_token_supported(w))
-      launch_gemv_one_token(xs, &q, w, bias, os, sm_count_, stream_);
-    else
-      launch_exact_matmul(xs, q, w, bias, os, sm_count_, stream_);
+    launch_exact_matmul(xs, q, w, bias, os, sm_count_, stream_);
   }
 }
 
