@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 
@@ -24,6 +25,8 @@ __device__ __forceinline__ Best better(Best a, Best b) {
 
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, size_t stride, int64_t cols,
                                                           int32_t* out) {
+  allow_next_kernel();
+  wait_for_inputs();
   __shared__ Best warp_best[kThreads / 32];
   const float* row = logits + blockIdx.x * stride;
   Best best{-INFINITY, INT_MAX};
@@ -47,9 +50,8 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, s
 void launch_argmax_rows(const TensorRef& logits, int32_t* out, cudaStream_t stream) {
   if (logits.dtype != DType::F32) fail(ErrorCode::Internal, "argmax_rows works on f32 logits");
   if (logits.rows == 0) return;
-  argmax_kernel<<<static_cast<unsigned>(logits.rows), kThreads, 0, stream>>>(
-      static_cast<const float*>(logits.data), logits.row_stride / sizeof(float), logits.cols, out);
-  check_launch("argmax kernel");
+  launch_kernel("argmax kernel", argmax_kernel, static_cast<unsigned>(logits.rows), kThreads, 0, stream,
+                static_cast<const float*>(logits.data), logits.row_stride / sizeof(float), logits.cols, out);
 }
 
 }  // namespace cellm::cuda

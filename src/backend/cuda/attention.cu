@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/host_libm.cuh"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/plain_values.cuh"
 #include "core/error.h"
@@ -336,6 +337,8 @@ __device__ float fold_partials(const Args& a, int t, int head, int d, int n_chun
 // kItems: (head, dimension) outputs per thread, >= heads_per_block * head_dim / kThreads.
 template <typename E, int kItems>
 __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
+  allow_next_kernel();
+  wait_for_inputs();
   extern __shared__ __align__(16) unsigned char smem[];
   const int hd = a.head_dim;
   const Place p = place_of(a);
@@ -398,7 +401,7 @@ void launch_items(const Args& args, dim3 grid, size_t smem, cudaStream_t stream)
     check(cudaFuncSetAttribute(attention_kernel<E, kItems>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(smem)),
           "attention shared memory");
-  attention_kernel<E, kItems><<<grid, kThreads, smem, stream>>>(args);
+  launch_kernel("attention kernel", attention_kernel<E, kItems>, grid, kThreads, smem, stream, args);
 }
 
 template <typename E>
@@ -496,7 +499,6 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
     case DType::BF16: launch_typed<__nv_bfloat16>(args, grid, smem, stream); break;
     default: launch_typed<float>(args, grid, smem, stream); break;
   }
-  check_launch("attention kernel");
 }
 
 }  // namespace cellm::cuda

@@ -11,9 +11,6 @@ namespace cellm::cuda {
 void check(cudaError_t err, const char* what);
 void check(CUresult err, const char* what);
 
-// After a kernel launch: reports a bad launch configuration without waiting for the kernel.
-inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
-
 // Makes `device` current on the calling thread (the executor may run on a thread other than
 // the one that built the backend); cheap when it already is.
 void use_device(int device);

@@ -1,8 +1,9 @@
 // Element-wise kernels over f32 rows: residual add, gated activations, bias add. Memory-bound
 // and tiny per element; one thread per element, rows on grid.y.
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels.h"
 #include "backend/cuda/host_libm.cuh"
+#include "backend/cuda/kernel_launch.cuh"
+#include "backend/cuda/kernels.h"
 #include "core/error.h"
 
 namespace cellm::cuda {
@@ -27,6 +28,8 @@ dim3 grid_for(const TensorRef& out) {
 }
 
 __global__ void add_kernel(RowView a, RowView b, RowView out, int64_t cols) {
+  allow_next_kernel();
+  wait_for_inputs();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < cols) out.row(blockIdx.y)[i] = a.row(blockIdx.y)[i] + b.row(blockIdx.y)[i];
 }
@@ -49,6 +52,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 
 template <backend::GluActivation kAct>
 __global__ void glu_kernel(RowView gate, RowView up, RowView out, int64_t cols) {
+  allow_next_kernel();
+  wait_for_inputs();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= cols) return;
   const float g = gate.row(blockIdx.y)[i];
@@ -57,6 +62,8 @@ __global__ void glu_kernel(RowView gate, RowView up, RowView out, int64_t cols) 
 }
 
 __global__ void add_bias_kernel(RowView out, const float* bias, int64_t cols) {
+  allow_next_kernel();
+  wait_for_inputs();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < cols) out.row(blockIdx.y)[i] += bias[i];
 }
@@ -65,19 +72,18 @@ __global__ void add_bias_kernel(RowView out, const float* bias, int64_t cols) {
 
 void launch_add(const TensorRef& a, const TensorRef& b, const TensorRef& out, cudaStream_t stream) {
   if (out.rows == 0 || out.cols == 0) return;
-  add_kernel<<<grid_for(out), kThreads, 0, stream>>>(view(a), view(b), view(out), out.cols);
-  check_launch("add kernel");
+  launch_kernel("add kernel", add_kernel, grid_for(out), kThreads, 0, stream, view(a), view(b), view(out), out.cols);
 }
 
 void launch_glu(const TensorRef& gate, const TensorRef& up, backend::GluActivation act, const TensorRef& out,
                 cudaStream_t stream) {
   if (out.rows == 0 || out.cols == 0) return;
   if (act == backend::GluActivation::Silu)
-    glu_kernel<backend::GluActivation::Silu><<<grid_for(out), kThreads, 0, stream>>>(view(gate), view(up), view(out), out.cols);
+    launch_kernel("glu kernel", glu_kernel<backend::GluActivation::Silu>, grid_for(out), kThreads, 0, stream,
+                  view(gate), view(up), view(out), out.cols);
   else
-    glu_kernel<backend::GluActivation::GeluTanh><<<grid_for(out), kThreads, 0, stream>>>(view(gate), view(up), view(out),
-                                                                                        out.cols);
-  check_launch("glu kernel");
+    launch_kernel("glu kernel", glu_kernel<backend::GluActivation::GeluTanh>, grid_for(out), kThreads, 0, stream,
+                  view(gate), view(up), view(out), out.cols);
 }
 
 cudaError_t probe_kernel_image() {
@@ -87,8 +93,7 @@ cudaError_t probe_kernel_image() {
 
 void launch_add_bias(const TensorRef& out, const float* bias, cudaStream_t stream) {
   if (out.rows == 0 || out.cols == 0) return;
-  add_bias_kernel<<<grid_for(out), kThreads, 0, stream>>>(view(out), bias, out.cols);
-  check_launch("bias kernel");
+  launch_kernel("bias kernel", add_bias_kernel, grid_for(out), kThreads, 0, stream, view(out), bias, out.cols);
 }
 
 }  // namespace cellm::cuda

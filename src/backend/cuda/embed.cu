@@ -1,6 +1,7 @@
 // Embedding lookup: one block per token dequantizes its row of the table (any weight format)
 // with the shared unit decoders, so values equal gguf::dequantize_row's bit for bit.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/plain_values.cuh"
 #include "backend/cuda/weight_units.cuh"
@@ -26,6 +27,8 @@ __device__ __forceinline__ float scaled(float v, float scale) { return scale == 
 
 template <class Unit>
 __global__ void __launch_bounds__(kThreads) embed_units(EmbedArgs a) {
+  allow_next_kernel();
+  wait_for_inputs();
   const int32_t token = a.tokens[blockIdx.x];
   const bool valid = token >= 0 && token < a.vocab;
   const uint8_t* row = a.table + static_cast<size_t>(valid ? token : 0) * a.table_stride;
@@ -42,6 +45,8 @@ __global__ void __launch_bounds__(kThreads) embed_units(EmbedArgs a) {
 }
 
 __global__ void __launch_bounds__(kThreads) embed_plain(EmbedArgs a, DType type) {
+  allow_next_kernel();
+  wait_for_inputs();
   const int32_t token = a.tokens[blockIdx.x];
   const bool valid = token >= 0 && token < a.vocab;
   const uint8_t* row = a.table + static_cast<size_t>(valid ? token : 0) * a.table_stride;
@@ -60,11 +65,12 @@ void launch_embed(const TensorRef& table, const int32_t* tokens, float scale, co
                        static_cast<float*>(out.data), out.row_stride / sizeof(float), out.cols};
   const dim3 grid(static_cast<unsigned>(out.rows));
   if (is_plain(table.dtype)) {
-    embed_plain<<<grid, kThreads, 0, stream>>>(args, table.dtype);
-  } else if (!visit_unit_format(table.dtype, [&]<class Unit>(Unit) { embed_units<Unit><<<grid, kThreads, 0, stream>>>(args); })) {
+    launch_kernel("embed kernel", embed_plain, grid, kThreads, 0, stream, args, table.dtype);
+  } else if (!visit_unit_format(table.dtype, [&]<class Unit>(Unit) {
+               launch_kernel("embed kernel", embed_units<Unit>, grid, kThreads, 0, stream, args);
+             })) {
     fail(ErrorCode::Unsupported, "embedding table of type ", dtype_name(table.dtype), " on CUDA");
   }
-  check_launch("embed kernel");
 }
 
 }  // namespace cellm::cuda

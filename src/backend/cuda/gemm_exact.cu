@@ -13,6 +13,7 @@
 
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_common.cuh"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/weight_units_int8.cuh"
 #include "core/error.h"
 
@@ -152,6 +153,8 @@ __device__ void load_step(const GemmArgs& a, Shared<F>& sh, int64_t n0, int64_t 
 
 template <class F>
 __global__ void __launch_bounds__(kThreads) gemm_exact_kernel(GemmArgs a) {
+  allow_next_kernel();
+  wait_for_inputs();
   using Tl = Tile<F>;
   extern __shared__ __align__(16) uint8_t smem[];
   auto& sh = *reinterpret_cast<Shared<F>*>(smem);
@@ -277,7 +280,7 @@ void launch_format(const GemmArgs& args, cudaStream_t stream) {
   (void)configured;
   const dim3 grid(static_cast<unsigned>((args.tokens + kTokens - 1) / kTokens),
                   static_cast<unsigned>((args.n + kRows - 1) / kRows));
-  gemm_exact_kernel<F><<<grid, kThreads, sizeof(Shared<F>), stream>>>(args);
+  launch_kernel("exact gemm kernel", gemm_exact_kernel<F>, grid, kThreads, sizeof(Shared<F>), stream, args);
 }
 
 }  // namespace
@@ -293,7 +296,6 @@ void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const 
     launch_format<F>(args, stream);
   });
   if (!known) fail(ErrorCode::Internal, "exact gemm: no kernel for ", dtype_name(w.dtype));
-  check_launch("exact gemm kernel");
 }
 
 }  // namespace cellm::cuda

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_common.cuh"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/weight_units_int8.cuh"
 #include "core/error.h"
 
@@ -48,6 +49,8 @@ struct Steps {
 
 template <class F, int T>
 __global__ void __launch_bounds__(kGemvThreads) gemv_quantized_kernel(GemvArgs a) {
+  allow_next_kernel();
+  wait_for_inputs();
   using S = Steps<F>;
   constexpr int kBps = S::kBlocksPerStep;
   __shared__ __align__(16) uint8_t ring[kGemvWarps][S::kStages][S::kRingBytes];
@@ -198,7 +201,7 @@ void launch_tiles(const GemvArgs& base, int sm_count, cudaStream_t stream) {
   const GemvGrid g = gemv_grid(blocks_per_sm, base.n, base.tokens, T, sm_count);
   GemvArgs args = base;
   args.rows_per_warp = g.units_per_warp;
-  gemv_quantized_kernel<F, T><<<g.grid, kGemvThreads, 0, stream>>>(args);
+  launch_kernel("exact gemv kernel", gemv_quantized_kernel<F, T>, g.grid, kGemvThreads, 0, stream, args);
 }
 
 }  // namespace
@@ -228,7 +231,6 @@ void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const 
       launch_tiles<F, kGemvTileTokens>(args, sm_count, stream);
   });
   if (!known) fail(ErrorCode::Internal, "exact gemv: no kernel for ", dtype_name(w.dtype));
-  check_launch("exact gemv kernel");
 }
 
 }  // namespace cellm::cuda

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/plain_values.cuh"
 #include "core/error.h"
 
@@ -41,6 +42,8 @@ __device__ __forceinline__ float4 weights4(const uint8_t* row, int64_t k) {
 
 template <DType kT, int T>
 __global__ void __launch_bounds__(kGemvThreads) gemv_float_kernel(FloatArgs a) {
+  allow_next_kernel();
+  wait_for_inputs();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int c = lane % 4;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * T;
@@ -88,7 +91,7 @@ void launch_tiles(const FloatArgs& base, int sm_count, cudaStream_t stream) {
   const GemvGrid g = gemv_grid(blocks_per_sm, groups, base.tokens, T, sm_count);
   FloatArgs args = base;
   args.groups_per_warp = g.units_per_warp;
-  gemv_float_kernel<kT, T><<<g.grid, kGemvThreads, 0, stream>>>(args);
+  launch_kernel("exact float gemv kernel", gemv_float_kernel<kT, T>, g.grid, kGemvThreads, 0, stream, args);
 }
 
 template <DType kT>
@@ -125,7 +128,6 @@ void launch_gemv_float(const TensorRef& x, const TensorRef& w, const float* bias
     case DType::BF16: launch_type<DType::BF16>(args, sm_count, stream); break;
     default: fail(ErrorCode::Internal, "exact float gemv: weights of type ", dtype_name(w.dtype));
   }
-  check_launch("exact float gemv kernel");
 }
 
 }  // namespace cellm::cuda

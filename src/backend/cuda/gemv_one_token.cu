@@ -22,6 +22,7 @@
 #include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/quantize_rules.cuh"
 #include "core/error.h"
 
@@ -139,6 +140,7 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
 
 template <class F, bool kQuantizes>
 __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a) {
+  allow_next_kernel();
   using S = Staging<F>;
   extern __shared__ __align__(16) uint8_t shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -185,7 +187,10 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
     }
     exact::cp_async_commit();  // possibly empty: one group per item
   };
-  issue_copy(0);  // the first weights are on their way while the row is quantized
+  // The first weights are on their way while the kernel ahead is finishing (weights are read
+  // before wait_for_inputs: no kernel writes them) and while the row is quantized.
+  issue_copy(0);
+  wait_for_inputs();
   TokenActivations act = a.act;
   if constexpr (kQuantizes)
     act = quantize_row<F>(a, shared + kWarps * 2 * S::kStageBytes + 2 * kRows * S::kRoundStride * sizeof(float4));
@@ -267,7 +272,7 @@ void launch(const OneTokenArgs& a, int sm_count, cudaStream_t stream) {
   const int blocks_per_sm = std::max(1, std::min(register_blocks, static_cast<int>(sm_shared / (shared + 1024))));
   const int64_t groups = (a.n + kRows - 1) / kRows;
   const int64_t grid = std::min<int64_t>(groups, int64_t{sm_count} * blocks_per_sm);
-  kernel<<<static_cast<unsigned>(grid), kThreads, shared, stream>>>(a);
+  launch_kernel("one-token gemv kernel", kernel, static_cast<unsigned>(grid), kThreads, shared, stream, a);
 }
 
 }  // namespace
@@ -304,7 +309,6 @@ void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, co
       launch<F, false>(args, sm_count, stream);
   });
   if (!known) fail(ErrorCode::Internal, "one-token gemv: no kernel for ", dtype_name(w.dtype));
-  check_launch("one-token gemv kernel");
 }
 
 }  // namespace cellm::cuda

@@ -1,6 +1,7 @@
 // Writes a step's K and V rows into their pool rows (cells[t]), converting f32 to the pool's
 // dtype with round-to-nearest-even, as the CPU kernel does.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/plain_values.cuh"
 #include "core/error.h"
@@ -13,6 +14,8 @@ constexpr int kThreads = 128;
 __global__ void __launch_bounds__(kThreads) kv_store_kernel(const float* k, size_t k_stride, const float* v,
                                                             size_t v_stride, int64_t cols, char* k_pool, char* v_pool,
                                                             size_t pool_stride, DType dtype, const int32_t* cells) {
+  allow_next_kernel();
+  wait_for_inputs();
   // A thread per element (blockIdx.x: which kThreads of the row; y: K or V; z: the row).
   const int t = blockIdx.z;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -31,11 +34,9 @@ void launch_kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDe
   if (k.rows == 0) return;
   if (k.rows > 65535) fail(ErrorCode::Internal, "kv_store over ", k.rows, " rows exceeds the grid");
   const dim3 grid(static_cast<unsigned>((k.cols + kThreads - 1) / kThreads), 2, static_cast<unsigned>(k.rows));
-  kv_store_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(k.data), k.row_stride / sizeof(float),
-                                                 static_cast<const float*>(v.data), v.row_stride / sizeof(float), k.cols,
-                                                 static_cast<char*>(dst.k), static_cast<char*>(dst.v), dst.row_stride,
-                                                 dst.dtype, dst.cells);
-  check_launch("kv_store kernel");
+  launch_kernel("kv_store kernel", kv_store_kernel, grid, kThreads, 0, stream, static_cast<const float*>(k.data),
+                k.row_stride / sizeof(float), static_cast<const float*>(v.data), v.row_stride / sizeof(float), k.cols,
+                static_cast<char*>(dst.k), static_cast<char*>(dst.v), dst.row_stride, dst.dtype, dst.cells);
 }
 
 }  // namespace cellm::cuda

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/matmul_kernels.h"
 #include "backend/cuda/quantize_rules.cuh"
 #include "core/error.h"
@@ -18,6 +19,8 @@ constexpr int kThreads = 32 * kWarps;
 template <bool kWithSums>
 __global__ void __launch_bounds__(kThreads) quantize_q8_32(const float* x, size_t x_stride, int64_t rows,
                                                             int blocks, QuantizedActivations q) {
+  allow_next_kernel();
+  wait_for_inputs();
   // Every lane takes part in the shuffles; lanes past the end work on the last block and store
   // nothing.
   const int64_t wanted = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 8;  // (row, block)
@@ -39,6 +42,8 @@ __global__ void __launch_bounds__(kThreads) quantize_q8_32(const float* x, size_
 // One 256-value block per warp.
 __global__ void __launch_bounds__(kThreads) quantize_q8_k(const float* x, size_t x_stride, int64_t rows, int blocks,
                                                            QuantizedActivations q) {
+  allow_next_kernel();
+  wait_for_inputs();
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;  // (row, block)
   if (item >= rows * blocks) return;
   const int64_t t = item / blocks;
@@ -105,16 +110,17 @@ void launch_quantize_activations(const TensorRef& x, ActivationFormat format, co
   const auto* src = static_cast<const float*>(x.data);
   const size_t stride = x.row_stride / sizeof(float);
   if (format == ActivationFormat::Q8_K) {
-    quantize_q8_k<<<static_cast<unsigned>((items + kWarps - 1) / kWarps), kThreads, 0, stream>>>(src, stride, x.rows,
-                                                                                                 blocks, q);
+    launch_kernel("activation quantization kernel", quantize_q8_k, static_cast<unsigned>((items + kWarps - 1) / kWarps),
+                  kThreads, 0, stream, src, stride, x.rows, blocks, q);
   } else {
     const auto grid = static_cast<unsigned>((items * 8 + kThreads - 1) / kThreads);
     if (format == ActivationFormat::Q8_1)
-      quantize_q8_32<true><<<grid, kThreads, 0, stream>>>(src, stride, x.rows, blocks, q);
+      launch_kernel("activation quantization kernel", quantize_q8_32<true>, grid, kThreads, 0, stream, src, stride,
+                    x.rows, blocks, q);
     else
-      quantize_q8_32<false><<<grid, kThreads, 0, stream>>>(src, stride, x.rows, blocks, q);
+      launch_kernel("activation quantization kernel", quantize_q8_32<false>, grid, kThreads, 0, stream, src, stride,
+                    x.rows, blocks, q);
   }
-  check_launch("activation quantization kernel");
 }
 
 }  // namespace cellm::cuda

@@ -5,6 +5,7 @@
 // element of the row and, through the activation quantization of the next matrix product, the
 // tokens.
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/rms_norm_order.h"
 #include "core/error.h"
@@ -17,6 +18,8 @@ constexpr int kWarps = kThreads / 32;
 
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x, size_t x_stride, const float* weight,
                                                             int group, float eps, float* out, size_t out_stride) {
+  allow_next_kernel();
+  wait_for_inputs();
   __shared__ double runs[kWarps];
   __shared__ float inv_s;
   const float* xr = x + blockIdx.y * x_stride + static_cast<size_t>(blockIdx.x) * group;
@@ -69,10 +72,9 @@ void launch_rms_norm(const TensorRef& x, const float* weight, int32_t group, flo
   if (out.rows == 0) return;
   if (out.rows > 65535) fail(ErrorCode::Internal, "rms_norm over ", out.rows, " rows exceeds the grid");
   const dim3 grid(static_cast<unsigned>(x.cols / group), static_cast<unsigned>(out.rows));
-  rms_norm_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x.data), x.row_stride / sizeof(float),
-                                                 weight, group, eps, static_cast<float*>(out.data),
-                                                 out.row_stride / sizeof(float));
-  check_launch("rms_norm kernel");
+  launch_kernel("rms_norm kernel", rms_norm_kernel, grid, kThreads, 0, stream, static_cast<const float*>(x.data),
+                x.row_stride / sizeof(float), weight, group, eps, static_cast<float*>(out.data),
+                out.row_stride / sizeof(float));
 }
 
 }  // namespace cellm::cuda

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/rope_table.h"
 #include "core/error.h"
@@ -32,6 +33,8 @@ struct RopeArgs {
 // A thread per rotated pair (head h, pair i) of row blockIdx.y: a row's pairs spread over
 // blocks, so no thread walks a row's pairs one global load after another.
 __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
+  allow_next_kernel();
+  wait_for_inputs();
   const int t = blockIdx.y;
   const int p = blockIdx.x * kThreads + threadIdx.x;
   if (p >= a.n_heads * a.half) return;
@@ -73,8 +76,7 @@ void launch_rope(const TensorRef& x, const int32_t* positions, const backend::Ro
   if (x.rows > 65535) fail(ErrorCode::Internal, "rope over ", x.rows, " rows exceeds the grid");
   const int64_t pairs = int64_t{p.n_heads} * (p.rope_dim / 2);
   const dim3 grid(static_cast<unsigned>((pairs + kThreads - 1) / kThreads), static_cast<unsigned>(x.rows));
-  rope_kernel<<<grid, kThreads, 0, stream>>>(args);
-  check_launch("rope kernel");
+  launch_kernel("rope kernel", rope_kernel, grid, kThreads, 0, stream, args);
 }
 
 }  // namespace cellm::cuda

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/plain_values.cuh"
 #include "backend/cuda/weight_units.cuh"
@@ -16,6 +17,8 @@ constexpr int kThreads = 128;
 template <class Unit>
 __global__ void __launch_bounds__(kThreads) dequantize_units(const uint8_t* w, size_t w_stride, int64_t row0,
                                                              int64_t cols, __nv_bfloat16* dst) {
+  allow_next_kernel();
+  wait_for_inputs();
   const uint8_t* row = w + static_cast<size_t>(row0 + blockIdx.x) * w_stride;
   __nv_bfloat16* y = dst + static_cast<size_t>(blockIdx.x) * cols;
   const int q = threadIdx.x % kLanesPerUnit;
@@ -38,6 +41,8 @@ __global__ void __launch_bounds__(kThreads) dequantize_units(const uint8_t* w, s
 
 __global__ void __launch_bounds__(kThreads) convert_plain(const uint8_t* src, size_t src_stride, DType type,
                                                           int64_t row0, int64_t cols, __nv_bfloat16* dst) {
+  allow_next_kernel();
+  wait_for_inputs();
   const uint8_t* row = src + static_cast<size_t>(row0 + blockIdx.x) * src_stride;
   __nv_bfloat16* y = dst + static_cast<size_t>(blockIdx.x) * cols;
   for (int64_t i = threadIdx.x; i < cols; i += kThreads) y[i] = __float2bfloat16_rn(load_plain(type, row, i));
@@ -57,21 +62,22 @@ void launch_dequantize_bf16(const TensorRef& w, int64_t row0, int64_t rows, void
   const auto* src = static_cast<const uint8_t*>(w.data);
   const dim3 grid(static_cast<unsigned>(rows));
   if (is_plain(w.dtype)) {
-    convert_plain<<<grid, kThreads, 0, stream>>>(src, w.row_stride, w.dtype, row0, w.cols, out);
+    launch_kernel("dequantize kernel", convert_plain, grid, kThreads, 0, stream, src, w.row_stride, w.dtype, row0,
+                  w.cols, out);
   } else if (!visit_unit_format(w.dtype, [&]<class Unit>(Unit) {
-               dequantize_units<Unit><<<grid, kThreads, 0, stream>>>(src, w.row_stride, row0, w.cols, out);
+               launch_kernel("dequantize kernel", dequantize_units<Unit>, grid, kThreads, 0, stream, src, w.row_stride,
+                             row0, w.cols, out);
              })) {
     fail(ErrorCode::Unsupported, "weights of type ", dtype_name(w.dtype), " on CUDA");
   }
-  check_launch("dequantize kernel");
 }
 
 void launch_convert_bf16(const TensorRef& x, int64_t row0, int64_t rows, void* dst, cudaStream_t stream) {
   check_rows(x, row0, rows);
   if (rows == 0) return;
-  convert_plain<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(x.data), x.row_stride, x.dtype, row0, x.cols, static_cast<__nv_bfloat16*>(dst));
-  check_launch("bf16 conversion kernel");
+  launch_kernel("bf16 conversion kernel", convert_plain, static_cast<unsigned>(rows), kThreads, 0, stream,
+                static_cast<const uint8_t*>(x.data), x.row_stride, x.dtype, row0, x.cols,
+                static_cast<__nv_bfloat16*>(dst));
 }
 
 }  // namespace cellm::cuda

@@ -1,0 +1,60 @@
+#pragma once
+// Every kernel of this backend is launched through launch_kernel, which lets it start before
+// the kernel ahead of it in the stream has finished (Hopper's programmatic dependent launch).
+// Why: a decode step is hundreds of kernels of a few microseconds each, and between two of them
+// the device otherwise sits idle while the first drains, its writes are flushed and the second
+// is launched and ramps up. With the early launch the second kernel's blocks are already
+// resident, and a matrix product's first weights (which no kernel writes) are on their way,
+// when the first kernel ends.
+//
+// The rule that keeps this exact: a kernel launched here calls wait_for_inputs() in every block
+// before it reads anything another kernel writes and before it writes anything (another kernel
+// may still read it). wait_for_inputs() returns once the previous kernel has completed and its
+// memory is visible; since that kernel waited for its own predecessor, the whole stream order
+// holds. Only data no kernel ever writes (weights, tables built at load) may be read before it.
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace cellm::cuda {
+
+// Returns once the kernel launched before this one has completed and its writes are visible.
+__device__ __forceinline__ void wait_for_inputs() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel of the stream be launched now: its blocks become resident and run up to
+// their own wait_for_inputs(). Called first thing: by then this kernel's blocks are all resident
+// (the next one launches only when every block has called it), so the early kernel takes no
+// room this one needs.
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Whether the current device honours early launches (compute capability 9.0 and later); older
+// devices get plain stream-ordered launches of the same kernels, whose waits are then no-ops.
+bool early_launch_supported();
+
+template <class... Params, class... Args>
+void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = early_launch_supported() ? 1 : 0;
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
+}
+
+}  // namespace cellm::cuda
