@@ -96,6 +96,9 @@ class Backend {
   // elsewhere and the host cores are free.
   virtual ThreadPool* host_threads() { return nullptr; }
   virtual bool supports_graphs() const { return false; }
+  // Called by the executor before it issues (or captures) a forward of `rows` token rows: a
+  // backend may tune how it launches that step's kernels (CUDA: early launches for few rows).
+  virtual void begin_forward(int64_t rows) { (void)rows; }
   // Kernels issued between begin_capture and end_capture are recorded, not run. end_capture
   // throws when the recording failed; the backend is then usable again for eager work.
   virtual void begin_capture();

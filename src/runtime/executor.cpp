@@ -312,6 +312,7 @@ void Executor::forward_and_argmax(const Program& program, int64_t n_tokens, int6
 }
 
 void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit_rows) {
+  backend_.begin_forward(n_tokens);
   const kv::Geometry& geometry = program.geometry;
   const kv::KvStorage& storage = cache_->storage();
   char* pool = static_cast<char*>(storage.base());

@@ -171,6 +171,8 @@ void CudaBackend::embed(const TensorRef& table, const int32_t* tokens, float sca
   launch_embed(table, tokens, scale, out, stream_);
 }
 
+void CudaBackend::begin_forward(int64_t rows) { set_early_launches(rows <= kEarlyLaunchMaxRows); }
+
 void CudaBackend::rms_norm(const TensorRef& x, const float* weight, int32_t group, float eps, const TensorRef& out) {
   use_device(device_);
   launch_rms_norm(x, weight, group, eps, out, stream_);

@@ -60,6 +60,7 @@ class CudaBackend final : public backend::Backend {
   void synchronize() override;
   bool static_decode_shapes() const override { return true; }
   bool supports_graphs() const override { return true; }
+  void begin_forward(int64_t rows) override;
   void begin_capture() override;
   std::unique_ptr<backend::Graph> end_capture() override;
 
