@@ -37,6 +37,12 @@ void Backend::matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef
   add(residual, out, out);  // elementwise: out may be an operand
 }
 
+void Backend::rms_norm_matmul(const TensorRef& x, const float* weight, float eps, const TensorRef& normed,
+                              const TensorRef& w, const float* bias, const TensorRef& out) {
+  rms_norm(x, weight, static_cast<int32_t>(x.cols), eps, normed);
+  matmul(normed, w, bias, out);
+}
+
 void* Backend::allocate_host(size_t bytes, const char* what) {
   void* p = std::malloc(std::max<size_t>(bytes, 1));
   if (p == nullptr) fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes of host memory for ", what);

@@ -77,6 +77,11 @@ class Backend {
   // out = residual + x . w^T, bit for bit matmul into out and then add(residual, out, out);
   // that is the default. A backend may fuse the two.
   virtual void matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out);
+  // normed = rms_norm(x, weight) over whole rows, then out = normed . w^T (+ bias): bit for bit
+  // rms_norm then matmul, which is the default. A backend may fuse the two (the executor calls
+  // this where a whole-row RmsNorm op is followed by a MatMul of its output).
+  virtual void rms_norm_matmul(const TensorRef& x, const float* weight, float eps, const TensorRef& normed,
+                               const TensorRef& w, const float* bias, const TensorRef& out);
   // out = act(gate) * up
   virtual void glu(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& out) = 0;
   // out[i] = x[rows[i]]

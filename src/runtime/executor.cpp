@@ -339,11 +339,25 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
   };
   auto ints = [&](ValueId id) { return static_cast<const int32_t*>(ref(id).data); };
   auto floats = [&](ValueId id) { return static_cast<const float*>(weights_[id].data); };
-  for (const model::Op& op : program.ops) {
+  for (size_t i = 0; i < program.ops.size(); ++i) {
+    const model::Op& op = program.ops[i];
     using model::OpCode;
     switch (op.code) {
       case OpCode::Embed: backend_.embed(ref(op.b), ints(op.a), op.scale, ref(op.out)); break;
-      case OpCode::RmsNorm: backend_.rms_norm(ref(op.a), floats(op.b), op.group, op.eps, ref(op.out)); break;
+      case OpCode::RmsNorm: {
+        // A whole-row norm whose output the next op multiplies: one call, which a backend may
+        // fuse (the CUDA backend quantizes the product's activations in the norm's kernel).
+        const model::Op* next = i + 1 < program.ops.size() ? &program.ops[i + 1] : nullptr;
+        const backend::TensorRef x = ref(op.a);
+        if (next != nullptr && next->code == OpCode::MatMul && next->a == op.out && op.group == x.cols) {
+          backend_.rms_norm_matmul(x, floats(op.b), op.eps, ref(op.out), ref(next->b),
+                                   next->c == model::kNoValue ? nullptr : floats(next->c), ref(next->out));
+          ++i;
+          break;
+        }
+        backend_.rms_norm(x, floats(op.b), op.group, op.eps, ref(op.out));
+        break;
+      }
       case OpCode::MatMul:
         backend_.matmul(ref(op.a), ref(op.b), op.c == model::kNoValue ? nullptr : floats(op.c), ref(op.out));
         break;

@@ -183,6 +183,12 @@ void CudaBackend::matmul(const TensorRef& x, const TensorRef& w, const float* bi
   matmul_->run(x, w, bias, out);
 }
 
+void CudaBackend::rms_norm_matmul(const TensorRef& x, const float* weight, float eps, const TensorRef& normed,
+                                  const TensorRef& w, const float* bias, const TensorRef& out) {
+  use_device(device_);
+  matmul_->run_normed(x, weight, eps, normed, w, bias, out);
+}
+
 void CudaBackend::matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out) {
   // One row: the residual row is a bias, which every product kernel adds last with one rounded
   // addition, the bits of matmul + add in one launch fewer.

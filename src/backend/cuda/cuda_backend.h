@@ -48,6 +48,8 @@ class CudaBackend final : public backend::Backend {
   void embed(const TensorRef& table, const int32_t* tokens, float scale, const TensorRef& out) override;
   void rms_norm(const TensorRef& x, const float* weight, int32_t group, float eps, const TensorRef& out) override;
   void matmul(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) override;
+  void rms_norm_matmul(const TensorRef& x, const float* weight, float eps, const TensorRef& normed, const TensorRef& w,
+                       const float* bias, const TensorRef& out) override;
   void matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out) override;
   void rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params) override;
   void kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst) override;

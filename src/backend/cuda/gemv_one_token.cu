@@ -81,6 +81,8 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
   auto* scales = reinterpret_cast<float*>(base + a.k);
   auto* extra = reinterpret_cast<float*>(base + a.k + a.k / 32 * 4);
   act.codes = codes, act.scales = scales;
+  // The row as one row of matmul_kernels.h's layout, so the standalone kernels' stores apply.
+  QuantizedActivations row{codes, scales, extra, reinterpret_cast<int16_t*>(extra), 0};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if constexpr (F::kActivations == ActivationFormat::Q8_K) {
     constexpr int kBatch = 4;  // blocks per warp
@@ -101,10 +103,7 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
       for (int i = 0; i < kBatch; ++i) {
         const int b = b0 + kWarps * i;
         if (b >= blocks) break;  // warp-uniform
-        const quantize::Q8KBlock r = quantize::quantize_q8_k(v[i], lane);
-        *reinterpret_cast<uint2*>(codes + 256 * b + 8 * lane) = r.codes;
-        if (lane % 2 == 0) groups[16 * b + lane / 2] = static_cast<int16_t>(r.pair_sum);
-        if (lane == 0) scales[b] = r.d;
+        quantize::store_q8_k(quantize::quantize_q8_k(v[i], lane), row, 0, b, blocks, lane);
       }
     }
   } else {
@@ -124,13 +123,8 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
         if (first + kPerRound * i >= blocks) break;  // block-uniform: every lane takes part below
         const int wanted = first + kPerRound * i + static_cast<int>(threadIdx.x) / 8;
         const quantize::Q8Block32 r = quantize::quantize_q8_32(v[i]);  // past the end: the last block, unstored
-        if (wanted < blocks) {
-          *reinterpret_cast<uint32_t*>(codes + 32 * wanted + 4 * part) = r.codes;
-          if (part == 0) {
-            scales[wanted] = r.d;
-            if constexpr (F::kActivations == ActivationFormat::Q8_1) extra[wanted] = r.s;
-          }
-        }
+        if (wanted < blocks)
+          quantize::store_q8_32<F::kActivations == ActivationFormat::Q8_1>(r, row, 0, wanted, blocks, part);
       }
     }
   }

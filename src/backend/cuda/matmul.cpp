@@ -1,6 +1,7 @@
 #include "backend/cuda/matmul.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -76,6 +77,30 @@ void Matmul::run(const backend::TensorRef& x, const backend::TensorRef& w, const
   if (large_rows_ == LargeRows::Bf16 && x.rows > kGemvMaxRows) return run_gemm(x, w, bias, out);
   if (exact_matmul_supported(x, w)) return run_exact(x, w, bias, out);
   run_gemm(x, w, bias, out);
+}
+
+bool Matmul::quantizes_apart(const backend::TensorRef& x, const backend::TensorRef& w, ActivationFormat& format) const {
+  if (large_rows_ == LargeRows::Bf16 && x.rows > kGemvMaxRows) return false;
+  if (!exact_matmul_supported(x, w) || !activation_format_for(w.dtype, format)) return false;
+  if (x.rows == 1 && gemv_one_token_supported(w) && x.cols <= kGemvQuantizeMaxColumns) return false;  // in the product
+  return x.rows <= kQuantizedElems / x.cols;  // one chunk of run_exact
+}
+
+void Matmul::run_normed(const backend::TensorRef& x, const float* norm_weight, float eps,
+                        const backend::TensorRef& normed, const backend::TensorRef& w, const float* bias,
+                        const backend::TensorRef& out) {
+  ActivationFormat format;
+  const bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.row_stride % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0;
+  if (!aligned || x.rows != normed.rows || x.cols != normed.cols || out.rows != normed.rows ||
+      out.cols != w.rows || out.dtype != DType::F32 || !quantizes_apart(normed, w, format)) {
+    launch_rms_norm(x, norm_weight, static_cast<int32_t>(x.cols), eps, normed, stream_);
+    return run(normed, w, bias, out);
+  }
+  if (normed.rows == 0) return;
+  const QuantizedActivations q = carve_quantized_activations(q_scratch_, normed.rows, normed.cols);
+  launch_rms_norm_quantize(x, norm_weight, eps, normed, format, q, stream_);
+  launch_exact_matmul(normed, q, w, bias, out, sm_count_, stream_);
 }
 
 void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/matmul_kernels.h"
 #include "backend/ops.h"
 
 namespace cellm::cuda {
@@ -38,6 +39,11 @@ class Matmul {
   Matmul& operator=(const Matmul&) = delete;
 
   void run(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias, const backend::TensorRef& out);
+  // normed = rms_norm(x, norm_weight) over whole rows, then run(normed, w, bias, out), the same
+  // bits; where run would quantize the activations in a launch of their own, the norm's kernel
+  // quantizes them instead.
+  void run_normed(const backend::TensorRef& x, const float* norm_weight, float eps, const backend::TensorRef& normed,
+                  const backend::TensorRef& w, const float* bias, const backend::TensorRef& out);
   // The bf16 tensor-core path whatever the row count (tests compare the paths with it).
   void run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
                 const backend::TensorRef& out);
@@ -46,6 +52,8 @@ class Matmul {
  private:
   void run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
                  const backend::TensorRef& out);
+  // Whether run(x, w) quantizes all of x in one launch of its own, and in which format.
+  bool quantizes_apart(const backend::TensorRef& x, const backend::TensorRef& w, ActivationFormat& format) const;
   void gemm_bf16(const void* w, int64_t lda, const void* x, int64_t n_rows, int64_t t_rows, int64_t k, float* out,
                  int64_t ldc);
   void free_all();

@@ -52,6 +52,12 @@ QuantizedActivations carve_quantized_activations(void* base, int64_t rows, int64
 void launch_quantize_activations(const TensorRef& x, ActivationFormat format, const QuantizedActivations& q,
                                  cudaStream_t stream);
 
+// out = rmsnorm(x) * weight over whole rows (rms_norm's bits), and out quantized into q as
+// launch_quantize_activations(out) would: the norm ahead of a product, in one launch. Rows and
+// weight 16-byte aligned, cols a multiple of the format's block.
+void launch_rms_norm_quantize(const TensorRef& x, const float* weight, float eps, const TensorRef& out,
+                              ActivationFormat format, const QuantizedActivations& q, cudaStream_t stream);
+
 // Whether the exact kernels take these operands: f32 activations with 16-byte aligned rows,
 // a weight type they know with whole 32-element blocks per row, 16-byte aligned weight rows.
 bool exact_matmul_supported(const TensorRef& x, const TensorRef& w);

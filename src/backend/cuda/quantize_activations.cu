@@ -31,12 +31,7 @@ __global__ void __launch_bounds__(kThreads) quantize_q8_32(const float* x, size_
   const int part = threadIdx.x % 8;
   const float4 v = *reinterpret_cast<const float4*>(x + t * x_stride + 32 * b + 4 * part);
   const quantize::Q8Block32 r = quantize::quantize_q8_32(v);
-  if (!valid) return;
-  *reinterpret_cast<uint32_t*>(q.codes + t * q.row_stride + 32 * b + 4 * part) = r.codes;
-  if (part == 0) {
-    q.scales[t * blocks + b] = r.d;
-    if constexpr (kWithSums) q.sums[t * blocks + b] = r.s;
-  }
+  if (valid) quantize::store_q8_32<kWithSums>(r, q, t, b, blocks, part);
 }
 
 // One 256-value block per warp.
@@ -52,10 +47,7 @@ __global__ void __launch_bounds__(kThreads) quantize_q8_k(const float* x, size_t
   const float* src = x + t * x_stride + 256 * b + 8 * lane;
   const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
   const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  const quantize::Q8KBlock r = quantize::quantize_q8_k(v, lane);
-  *reinterpret_cast<uint2*>(q.codes + t * q.row_stride + 256 * b + 8 * lane) = r.codes;
-  if (lane % 2 == 0) q.group_sums[t * (static_cast<int64_t>(blocks) * 16) + 16 * b + lane / 2] = static_cast<int16_t>(r.pair_sum);
-  if (lane == 0) q.scales[t * blocks + b] = r.d;
+  quantize::store_q8_k(quantize::quantize_q8_k(v, lane), q, t, b, blocks, lane);
 }
 
 size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }

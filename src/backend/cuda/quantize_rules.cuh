@@ -3,11 +3,14 @@
 // produces (llama.cpp's rules): the same float operations with explicit IEEE rounding
 // (__fdiv_rn, __fmul_rn: no fused or approximate arithmetic), round-half-to-even codes, fp16
 // conversions with round-to-nearest-even. Maxima are exact in any order; integer sums too.
-// Shared by the standalone kernels (quantize_activations.cu) and the one-token GEMV, which
-// quantizes its row itself (gemv_one_token.cu).
+// Shared by the standalone kernels (quantize_activations.cu), the norm that quantizes its own
+// output (rms_norm_quantize.cu) and the one-token GEMV, which quantizes its row itself
+// (gemv_one_token.cu).
 #include <cuda_fp16.h>
 
 #include <cstdint>
+
+#include "backend/cuda/matmul_kernels.h"
 
 namespace cellm::cuda::quantize {
 
@@ -81,6 +84,24 @@ __device__ __forceinline__ Q8KBlock quantize_q8_k(const float (&v)[8], int lane)
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   return {make_uint2(pack_codes(c[0], c[1], c[2], c[3]), pack_codes(c[4], c[5], c[6], c[7])), sum,
           __fdiv_rn(1.0f, inverse)};
+}
+
+// A quantized block into its place in q (matmul_kernels.h's layout): row t, block b of the
+// row's `blocks`, from the lanes that computed it.
+template <bool kWithSums>
+__device__ __forceinline__ void store_q8_32(const Q8Block32& r, const QuantizedActivations& q, int64_t t, int b,
+                                            int blocks, int part) {
+  *reinterpret_cast<uint32_t*>(q.codes + t * q.row_stride + 32 * b + 4 * part) = r.codes;
+  if (part == 0) {
+    q.scales[t * blocks + b] = r.d;
+    if constexpr (kWithSums) q.sums[t * blocks + b] = r.s;
+  }
+}
+__device__ __forceinline__ void store_q8_k(const Q8KBlock& r, const QuantizedActivations& q, int64_t t, int b,
+                                           int blocks, int lane) {
+  *reinterpret_cast<uint2*>(q.codes + t * q.row_stride + 256 * b + 8 * lane) = r.codes;
+  if (lane % 2 == 0) q.group_sums[t * (int64_t{blocks} * 16) + 16 * b + lane / 2] = static_cast<int16_t>(r.pair_sum);
+  if (lane == 0) q.scales[t * blocks + b] = r.d;
 }
 
 }  // namespace cellm::cuda::quantize

@@ -300,6 +300,53 @@ TEST(CudaMatmul, MatmulAddIsMatmulThenAdd) {
   }
 }
 
+// rms_norm_matmul (a whole-row norm and the product of its output; where the product would
+// quantize its activations in a launch of their own, the norm's kernel does it) gives the bits
+// of rms_norm then matmul, for the normalized rows and the product, and the CPU's. K = 4096 is
+// past the one-row product's own quantization; K = 256 with one row stays with it.
+TEST(CudaMatmul, RmsNormMatmulIsRmsNormThenMatmul) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t N = 40;
+  for (int64_t K : {256, 4096}) {
+    const Rows source = random_rows(N, K, 161, 0.05f);
+    const Rows norm_weight = random_rows(1, K, 162, 1.5f);
+    DeviceBuffer d_nw(gpu, norm_weight.values);
+    const auto* nw = static_cast<const float*>(d_nw.data());
+    for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
+      HostWeight w = quantized_weight(type, source);
+      const TensorRef placed = gpu.place_weight(w.ref(), "w");
+      for (int64_t T : {1, 3}) {
+        const Rows x = random_rows(T, K, static_cast<uint32_t>(600 + T), 3.0f);
+        DeviceBuffer d_x(gpu, x.values);
+        DeviceBuffer d_normed(gpu, static_cast<size_t>(T * K) * sizeof(float));
+        DeviceBuffer d_normed_apart(gpu, static_cast<size_t>(T * K) * sizeof(float));
+        DeviceBuffer d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
+        DeviceBuffer d_out_apart(gpu, static_cast<size_t>(T * N) * sizeof(float));
+        const TensorRef gx = Rows::device_ref(d_x, T, K);
+        const TensorRef normed = Rows::device_ref(d_normed, T, K), normed_apart = Rows::device_ref(d_normed_apart, T, K);
+        const TensorRef out = Rows::device_ref(d_out, T, N), out_apart = Rows::device_ref(d_out_apart, T, N);
+        gpu.rms_norm_matmul(gx, nw, 1e-5f, normed, placed, nullptr, out);
+        gpu.rms_norm(gx, nw, static_cast<int32_t>(K), 1e-5f, normed_apart);
+        gpu.matmul(normed_apart, placed, nullptr, out_apart);
+        const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" + std::to_string(T);
+        const auto got_normed = d_normed.download<float>(static_cast<size_t>(T * K));
+        EXPECT_EQ(identical(got_normed, d_normed_apart.download<float>(static_cast<size_t>(T * K))), got_normed.size())
+            << what;
+        const auto got = d_out.download<float>(static_cast<size_t>(T * N));
+        EXPECT_EQ(identical(got, d_out_apart.download<float>(static_cast<size_t>(T * N))), got.size()) << what;
+        Rows cpu_normed(T, K), cpu_out(T, N);
+        cpu_backend().rms_norm_matmul(x.host_ref(), norm_weight.values.data(), 1e-5f, cpu_normed.host_ref(), w.ref(),
+                                      nullptr, cpu_out.host_ref());
+        EXPECT_EQ(identical(got_normed, cpu_normed.values), got_normed.size()) << what << " vs the CPU";
+        if (cpu_runs_avx512()) {
+          EXPECT_EQ(identical(got, cpu_out.values), got.size()) << what << " vs the CPU";
+        }
+      }
+      gpu.release(placed.data);
+    }
+  }
+}
+
 // Every row count takes the same per-output sequence: a row is the same alone, in a small
 // batch or inside a prefill-sized one.
 TEST(CudaMatmul, RowsAreTheSameAloneOrInAnyBatch) {

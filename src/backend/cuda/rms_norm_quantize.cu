@@ -1,0 +1,106 @@
+// RMSNorm whose output feeds a matrix product that quantizes its activations in a kernel of
+// their own: this kernel normalizes the row (rms_norm_row.cuh: rms_norm.cu's bits) and, with
+// the normalized values still in registers, quantizes them as quantize_activations.cu would
+// (quantize_rules.cuh), writing both. One launch and one pass over the row fewer per product.
+// One block per row; a Q8_K block per warp (eight values per lane), or a 32-value block per
+// eight lanes (four values each).
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernel_launch.cuh"
+#include "backend/cuda/matmul_kernels.h"
+#include "backend/cuda/quantize_rules.cuh"
+#include "backend/cuda/rms_norm_row.cuh"
+#include "core/error.h"
+
+namespace cellm::cuda {
+namespace {
+
+using norm::kThreads;
+using norm::kWarps;
+
+struct NormArgs {
+  const float* x;
+  size_t x_stride;  // floats
+  const float* weight;
+  int cols;
+  float eps;
+  float* out;
+  size_t out_stride;  // floats
+  QuantizedActivations q;
+};
+
+template <ActivationFormat kFormat>
+__global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(NormArgs a) {
+  allow_next_kernel();
+  wait_for_inputs();
+  const int64_t t = blockIdx.x;
+  const float* xr = a.x + t * a.x_stride;
+  float* yr = a.out + t * a.out_stride;
+  const float inv = norm::inverse_rms(xr, a.cols, a.eps);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if constexpr (kFormat == ActivationFormat::Q8_K) {
+    const int blocks = a.cols / 256;
+    for (int b = warp; b < blocks; b += kWarps) {  // warp-uniform: the whole warp quantizes
+      const int at = 256 * b + 8 * lane;
+      const float4 x0 = *reinterpret_cast<const float4*>(xr + at), x1 = *reinterpret_cast<const float4*>(xr + at + 4);
+      const float4 w0 = *reinterpret_cast<const float4*>(a.weight + at);
+      const float4 w1 = *reinterpret_cast<const float4*>(a.weight + at + 4);
+      const float v[8] = {norm::scaled(x0.x, inv, w0.x), norm::scaled(x0.y, inv, w0.y), norm::scaled(x0.z, inv, w0.z),
+                          norm::scaled(x0.w, inv, w0.w), norm::scaled(x1.x, inv, w1.x), norm::scaled(x1.y, inv, w1.y),
+                          norm::scaled(x1.z, inv, w1.z), norm::scaled(x1.w, inv, w1.w)};
+      *reinterpret_cast<float4*>(yr + at) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(yr + at + 4) = make_float4(v[4], v[5], v[6], v[7]);
+      quantize::store_q8_k(quantize::quantize_q8_k(v, lane), a.q, t, b, blocks, lane);
+    }
+  } else {
+    constexpr int kPerPass = kThreads / 8;  // 32-value blocks per pass, eight lanes each
+    const int blocks = a.cols / 32, part = threadIdx.x % 8;
+    for (int first = 0; first < blocks; first += kPerPass) {  // block-uniform: every lane shuffles
+      const int wanted = first + static_cast<int>(threadIdx.x) / 8;
+      const int b = min(wanted, blocks - 1);  // past the end: the last block again, unstored
+      const int at = 32 * b + 4 * part;
+      const float4 x = *reinterpret_cast<const float4*>(xr + at), w = *reinterpret_cast<const float4*>(a.weight + at);
+      const float4 v = make_float4(norm::scaled(x.x, inv, w.x), norm::scaled(x.y, inv, w.y),
+                                   norm::scaled(x.z, inv, w.z), norm::scaled(x.w, inv, w.w));
+      const quantize::Q8Block32 r = quantize::quantize_q8_32(v);
+      if (wanted < blocks) {
+        *reinterpret_cast<float4*>(yr + at) = v;
+        quantize::store_q8_32<kFormat == ActivationFormat::Q8_1>(r, a.q, t, b, blocks, part);
+      }
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void launch_rms_norm_quantize(const TensorRef& x, const float* weight, float eps, const TensorRef& out,
+                              ActivationFormat format, const QuantizedActivations& q, cudaStream_t stream) {
+  const int block = activation_block_elems(format);
+  if (x.dtype != DType::F32 || out.dtype != DType::F32 || x.rows != out.rows || x.cols != out.cols ||
+      x.cols % block != 0 || x.cols > (1 << 30) || !aligned16(x.data) || !aligned16(out.data) || !aligned16(weight) ||
+      x.row_stride % 16 != 0 || out.row_stride % 16 != 0)
+    fail(ErrorCode::Internal, "rms_norm_quantize: unsupported operands (", x.rows, " x ", x.cols, ")");
+  if (x.rows == 0) return;
+  const NormArgs args{static_cast<const float*>(x.data), x.row_stride / sizeof(float), weight,
+                      static_cast<int>(x.cols),          eps,
+                      static_cast<float*>(out.data),     out.row_stride / sizeof(float),
+                      q};
+  const dim3 grid(static_cast<unsigned>(x.rows));
+  switch (format) {
+    case ActivationFormat::Q8_K:
+      launch_kernel("rms_norm_quantize kernel", rms_norm_quantize_kernel<ActivationFormat::Q8_K>, grid, kThreads, 0,
+                    stream, args);
+      break;
+    case ActivationFormat::Q8_1:
+      launch_kernel("rms_norm_quantize kernel", rms_norm_quantize_kernel<ActivationFormat::Q8_1>, grid, kThreads, 0,
+                    stream, args);
+      break;
+    case ActivationFormat::Q8_0:
+      launch_kernel("rms_norm_quantize kernel", rms_norm_quantize_kernel<ActivationFormat::Q8_0>, grid, kThreads, 0,
+                    stream, args);
+      break;
+  }
+}
+
+}  // namespace cellm::cuda
