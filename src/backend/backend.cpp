@@ -43,6 +43,14 @@ void Backend::rms_norm_matmul(const TensorRef& x, const float* weight, float eps
   matmul(normed, w, bias, out);
 }
 
+void Backend::glu_matmul(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& glu_out,
+                         const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out) {
+  glu(gate, up, act, glu_out);
+  if (residual == nullptr) return matmul(glu_out, w, bias, out);
+  if (bias != nullptr) fail(ErrorCode::Internal, "glu_matmul: a bias and a residual");
+  matmul_add(glu_out, w, *residual, out);
+}
+
 void* Backend::allocate_host(size_t bytes, const char* what) {
   void* p = std::malloc(std::max<size_t>(bytes, 1));
   if (p == nullptr) fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes of host memory for ", what);

@@ -84,6 +84,12 @@ class Backend {
                                const TensorRef& w, const float* bias, const TensorRef& out);
   // out = act(gate) * up
   virtual void glu(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& out) = 0;
+  // glu_out = act(gate) * up, then out = glu_out . w^T (+ bias), or with a residual
+  // out = residual + glu_out . w^T (matmul_add, no bias): bit for bit glu then matmul (or
+  // matmul_add), which is the default. A backend may fuse them (the executor calls this where a
+  // Glu op is followed by a MatMul or MatMulAdd of its output).
+  virtual void glu_matmul(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& glu_out,
+                          const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out);
   // out[i] = x[rows[i]]
   virtual void gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) = 0;
   // out[r] = index of the largest value of logits row r (the lowest index among equals);

@@ -388,7 +388,22 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
         break;
       }
       case OpCode::Add: backend_.add(ref(op.a), ref(op.b), ref(op.out)); break;
-      case OpCode::Glu: backend_.glu(ref(op.a), ref(op.b), op.act, ref(op.out)); break;
+      case OpCode::Glu: {
+        // The gated activation whose output the next op multiplies: one call, which a backend
+        // may fuse (the CUDA backend quantizes the product's activations in the GLU's kernel).
+        const model::Op* next = i + 1 < program.ops.size() ? &program.ops[i + 1] : nullptr;
+        if (next != nullptr && next->a == op.out && (next->code == OpCode::MatMul || next->code == OpCode::MatMulAdd)) {
+          const bool adds = next->code == OpCode::MatMulAdd;
+          const backend::TensorRef residual = adds ? ref(next->c) : backend::TensorRef{};
+          const float* bias = !adds && next->c != model::kNoValue ? floats(next->c) : nullptr;
+          backend_.glu_matmul(ref(op.a), ref(op.b), op.act, ref(op.out), ref(next->b), bias, adds ? &residual : nullptr,
+                              ref(next->out));
+          ++i;
+          break;
+        }
+        backend_.glu(ref(op.a), ref(op.b), op.act, ref(op.out));
+        break;
+      }
       case OpCode::GatherRows: backend_.gather_rows(ref(op.a), ints(op.b), ref(op.out)); break;
     }
   }

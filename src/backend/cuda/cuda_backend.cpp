@@ -228,6 +228,18 @@ void CudaBackend::glu(const TensorRef& gate, const TensorRef& up, backend::GluAc
   launch_glu(gate, up, act, out, stream_);
 }
 
+void CudaBackend::glu_matmul(const TensorRef& gate, const TensorRef& up, backend::GluActivation act,
+                             const TensorRef& glu_out, const TensorRef& w, const float* bias, const TensorRef* residual,
+                             const TensorRef& out) {
+  use_device(device_);
+  if (residual == nullptr) return matmul_->run_after_glu(gate, up, act, glu_out, w, bias, out);
+  // One row: the residual row is the product's bias, as in matmul_add.
+  if (bias == nullptr && glu_out.rows == 1 && residual->rows == 1 && residual->cols == out.cols &&
+      residual->dtype == DType::F32)
+    return matmul_->run_after_glu(gate, up, act, glu_out, w, static_cast<const float*>(residual->data), out);
+  Backend::glu_matmul(gate, up, act, glu_out, w, bias, residual, out);
+}
+
 void CudaBackend::gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) {
   use_device(device_);
   launch_gather_rows(x, rows, out, stream_);

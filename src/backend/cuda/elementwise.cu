@@ -1,7 +1,7 @@
 // Element-wise kernels over f32 rows: residual add, gated activations, bias add. Memory-bound
 // and tiny per element; one thread per element, rows on grid.y.
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/host_libm.cuh"
+#include "backend/cuda/glu_rules.cuh"
 #include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
@@ -34,31 +34,13 @@ __global__ void add_kernel(RowView a, RowView b, RowView out, int64_t cols) {
   if (i < cols) out.row(blockIdx.y)[i] = a.row(blockIdx.y)[i] + b.row(blockIdx.y)[i];
 }
 
-// The activations take the CPU's float steps one by one (explicit rounding: no contraction into
-// fused multiply-adds), with glibc's expf and tanhf (host_libm.cuh), so they are the CPU's bit
-// for bit where the host libm is glibc. A differing last bit would make the next activation
-// quantization pick a different code now and then, and from there the GPU's tokens drift from
-// the CPU's.
-__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, libm::expf_glibc(-x))); }
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
-  constexpr float kCoef = 0.044715f;
-  // 0.5f * x * (1.0f + tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x))), left to right.
-  const float inner = __fmul_rn(__fmul_rn(kSqrt2OverPi, x), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(kCoef, x), x)));
-  const float t = libm::tanhf_glibc(inner);
-  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
-}
-
 template <backend::GluActivation kAct>
 __global__ void glu_kernel(RowView gate, RowView up, RowView out, int64_t cols) {
   allow_next_kernel();
   wait_for_inputs();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= cols) return;
-  const float g = gate.row(blockIdx.y)[i];
-  const float a = kAct == backend::GluActivation::Silu ? silu(g) : gelu_tanh(g);
-  out.row(blockIdx.y)[i] = __fmul_rn(a, up.row(blockIdx.y)[i]);
+  out.row(blockIdx.y)[i] = glu::gated<kAct>(gate.row(blockIdx.y)[i], up.row(blockIdx.y)[i]);
 }
 
 __global__ void add_bias_kernel(RowView out, const float* bias, int64_t cols) {

@@ -103,6 +103,21 @@ void Matmul::run_normed(const backend::TensorRef& x, const float* norm_weight, f
   launch_exact_matmul(normed, q, w, bias, out, sm_count_, stream_);
 }
 
+void Matmul::run_after_glu(const backend::TensorRef& gate, const backend::TensorRef& up, backend::GluActivation act,
+                           const backend::TensorRef& glu_out, const backend::TensorRef& w, const float* bias,
+                           const backend::TensorRef& out) {
+  ActivationFormat format;
+  if (out.rows != glu_out.rows || out.cols != w.rows || out.dtype != DType::F32 ||
+      !quantizes_apart(glu_out, w, format) || !glu_quantize_supported(gate, up, glu_out, format)) {
+    launch_glu(gate, up, act, glu_out, stream_);
+    return run(glu_out, w, bias, out);
+  }
+  if (glu_out.rows == 0) return;
+  const QuantizedActivations q = carve_quantized_activations(q_scratch_, glu_out.rows, glu_out.cols);
+  launch_glu_quantize(gate, up, act, glu_out, format, q, stream_);
+  launch_exact_matmul(glu_out, q, w, bias, out, sm_count_, stream_);
+}
+
 void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
                        const backend::TensorRef& out) {
   ActivationFormat format;

@@ -44,6 +44,11 @@ class Matmul {
   // quantizes them instead.
   void run_normed(const backend::TensorRef& x, const float* norm_weight, float eps, const backend::TensorRef& normed,
                   const backend::TensorRef& w, const float* bias, const backend::TensorRef& out);
+  // glu_out = act(gate) * up, then run(glu_out, w, bias, out), the same bits; where run would
+  // quantize the activations in a launch of their own, the GLU's kernel quantizes them instead.
+  void run_after_glu(const backend::TensorRef& gate, const backend::TensorRef& up, backend::GluActivation act,
+                     const backend::TensorRef& glu_out, const backend::TensorRef& w, const float* bias,
+                     const backend::TensorRef& out);
   // The bf16 tensor-core path whatever the row count (tests compare the paths with it).
   void run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
                 const backend::TensorRef& out);

@@ -58,6 +58,12 @@ void launch_quantize_activations(const TensorRef& x, ActivationFormat format, co
 void launch_rms_norm_quantize(const TensorRef& x, const float* weight, float eps, const TensorRef& out,
                               ActivationFormat format, const QuantizedActivations& q, cudaStream_t stream);
 
+// out = act(gate) * up (launch_glu's bits), and out quantized into q as
+// launch_quantize_activations(out) would: the activation ahead of a product, in one launch.
+bool glu_quantize_supported(const TensorRef& gate, const TensorRef& up, const TensorRef& out, ActivationFormat format);
+void launch_glu_quantize(const TensorRef& gate, const TensorRef& up, backend::GluActivation act, const TensorRef& out,
+                         ActivationFormat format, const QuantizedActivations& q, cudaStream_t stream);
+
 // Whether the exact kernels take these operands: f32 activations with 16-byte aligned rows,
 // a weight type they know with whole 32-element blocks per row, 16-byte aligned weight rows.
 bool exact_matmul_supported(const TensorRef& x, const TensorRef& w);

@@ -347,6 +347,61 @@ TEST(CudaMatmul, RmsNormMatmulIsRmsNormThenMatmul) {
   }
 }
 
+// glu_matmul (the gated activation and the product of its output, with or without the residual
+// of matmul_add; where the product would quantize its activations in a launch of their own, the
+// GLU's kernel does it) gives the bits of glu then matmul (or matmul_add), and the CPU's.
+TEST(CudaMatmul, GluMatmulIsGluThenMatmul) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t N = 40;
+  for (int64_t K : {256, 4096}) {
+    const Rows source = random_rows(N, K, 171, 0.05f);
+    for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
+      HostWeight w = quantized_weight(type, source);
+      const TensorRef placed = gpu.place_weight(w.ref(), "w");
+      for (int64_t T : {1, 3}) {
+        for (backend::GluActivation act : {backend::GluActivation::Silu, backend::GluActivation::GeluTanh}) {
+          for (bool adds : {false, true}) {
+            const Rows gate = random_rows(T, K, static_cast<uint32_t>(700 + T), 3.0f);
+            const Rows up = random_rows(T, K, static_cast<uint32_t>(800 + T), 2.0f);
+            const Rows residual = random_rows(T, N, static_cast<uint32_t>(900 + T), 4.0f);
+            DeviceBuffer d_gate(gpu, gate.values), d_up(gpu, up.values), d_res(gpu, residual.values);
+            DeviceBuffer d_glu(gpu, static_cast<size_t>(T * K) * sizeof(float));
+            DeviceBuffer d_glu_apart(gpu, static_cast<size_t>(T * K) * sizeof(float));
+            DeviceBuffer d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
+            DeviceBuffer d_out_apart(gpu, static_cast<size_t>(T * N) * sizeof(float));
+            const TensorRef g = Rows::device_ref(d_gate, T, K), u = Rows::device_ref(d_up, T, K);
+            const TensorRef res = Rows::device_ref(d_res, T, N);
+            const TensorRef glu = Rows::device_ref(d_glu, T, K), glu_apart = Rows::device_ref(d_glu_apart, T, K);
+            const TensorRef out = Rows::device_ref(d_out, T, N), out_apart = Rows::device_ref(d_out_apart, T, N);
+            gpu.glu_matmul(g, u, act, glu, placed, nullptr, adds ? &res : nullptr, out);
+            gpu.glu(g, u, act, glu_apart);
+            if (adds)
+              gpu.matmul_add(glu_apart, placed, res, out_apart);
+            else
+              gpu.matmul(glu_apart, placed, nullptr, out_apart);
+            const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" +
+                                     std::to_string(T) + (adds ? " +residual" : "") +
+                                     (act == backend::GluActivation::Silu ? " silu" : " gelu");
+            const auto got_glu = d_glu.download<float>(static_cast<size_t>(T * K));
+            EXPECT_EQ(identical(got_glu, d_glu_apart.download<float>(static_cast<size_t>(T * K))), got_glu.size())
+                << what;
+            const auto got = d_out.download<float>(static_cast<size_t>(T * N));
+            EXPECT_EQ(identical(got, d_out_apart.download<float>(static_cast<size_t>(T * N))), got.size()) << what;
+            if (cpu_runs_avx512()) {
+              Rows cpu_glu(T, K), cpu_out(T, N);
+              const TensorRef cpu_res = residual.host_ref();
+              cpu_backend().glu_matmul(gate.host_ref(), up.host_ref(), act, cpu_glu.host_ref(), w.ref(), nullptr,
+                                       adds ? &cpu_res : nullptr, cpu_out.host_ref());
+              EXPECT_EQ(identical(got, cpu_out.values), got.size()) << what << " vs the CPU";
+            }
+          }
+        }
+      }
+      gpu.release(placed.data);
+    }
+  }
+}
+
 // Every row count takes the same per-output sequence: a row is the same alone, in a small
 // batch or inside a prefill-sized one.
 TEST(CudaMatmul, RowsAreTheSameAloneOrInAnyBatch) {
