@@ -339,19 +339,25 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
   };
   auto ints = [&](ValueId id) { return static_cast<const int32_t*>(ref(id).data); };
   auto floats = [&](ValueId id) { return static_cast<const float*>(weights_[id].data); };
+  using model::OpCode;
+  auto bias_of = [&](const model::Op& matmul) { return matmul.c == model::kNoValue ? nullptr : floats(matmul.c); };
+  // The op after ops[i] when it multiplies ops[i]'s output (a MatMul, or also a MatMulAdd): such
+  // pairs go to the backend as one call, which it may fuse (the CUDA backend quantizes the
+  // product's activations in the producer's kernel).
+  auto product_after = [&](size_t i, bool or_matmul_add) -> const model::Op* {
+    if (i + 1 >= program.ops.size()) return nullptr;
+    const model::Op& next = program.ops[i + 1];
+    const bool product = next.code == OpCode::MatMul || (or_matmul_add && next.code == OpCode::MatMulAdd);
+    return product && next.a == program.ops[i].out ? &next : nullptr;
+  };
   for (size_t i = 0; i < program.ops.size(); ++i) {
     const model::Op& op = program.ops[i];
-    using model::OpCode;
     switch (op.code) {
       case OpCode::Embed: backend_.embed(ref(op.b), ints(op.a), op.scale, ref(op.out)); break;
       case OpCode::RmsNorm: {
-        // A whole-row norm whose output the next op multiplies: one call, which a backend may
-        // fuse (the CUDA backend quantizes the product's activations in the norm's kernel).
-        const model::Op* next = i + 1 < program.ops.size() ? &program.ops[i + 1] : nullptr;
         const backend::TensorRef x = ref(op.a);
-        if (next != nullptr && next->code == OpCode::MatMul && next->a == op.out && op.group == x.cols) {
-          backend_.rms_norm_matmul(x, floats(op.b), op.eps, ref(op.out), ref(next->b),
-                                   next->c == model::kNoValue ? nullptr : floats(next->c), ref(next->out));
+        if (const model::Op* next = product_after(i, false); next != nullptr && op.group == x.cols) {
+          backend_.rms_norm_matmul(x, floats(op.b), op.eps, ref(op.out), ref(next->b), bias_of(*next), ref(next->out));
           ++i;
           break;
         }
@@ -359,7 +365,7 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
         break;
       }
       case OpCode::MatMul:
-        backend_.matmul(ref(op.a), ref(op.b), op.c == model::kNoValue ? nullptr : floats(op.c), ref(op.out));
+        backend_.matmul(ref(op.a), ref(op.b), bias_of(op), ref(op.out));
         break;
       case OpCode::MatMulAdd: backend_.matmul_add(ref(op.a), ref(op.b), ref(op.c), ref(op.out)); break;
       case OpCode::Rope: backend_.rope(ref(op.a), ints(op.b), op.rope); break;
@@ -389,15 +395,11 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
       }
       case OpCode::Add: backend_.add(ref(op.a), ref(op.b), ref(op.out)); break;
       case OpCode::Glu: {
-        // The gated activation whose output the next op multiplies: one call, which a backend
-        // may fuse (the CUDA backend quantizes the product's activations in the GLU's kernel).
-        const model::Op* next = i + 1 < program.ops.size() ? &program.ops[i + 1] : nullptr;
-        if (next != nullptr && next->a == op.out && (next->code == OpCode::MatMul || next->code == OpCode::MatMulAdd)) {
+        if (const model::Op* next = product_after(i, true)) {
           const bool adds = next->code == OpCode::MatMulAdd;
           const backend::TensorRef residual = adds ? ref(next->c) : backend::TensorRef{};
-          const float* bias = !adds && next->c != model::kNoValue ? floats(next->c) : nullptr;
-          backend_.glu_matmul(ref(op.a), ref(op.b), op.act, ref(op.out), ref(next->b), bias, adds ? &residual : nullptr,
-                              ref(next->out));
+          backend_.glu_matmul(ref(op.a), ref(op.b), op.act, ref(op.out), ref(next->b), adds ? nullptr : bias_of(*next),
+                              adds ? &residual : nullptr, ref(next->out));
           ++i;
           break;
         }
