@@ -1,6 +1,7 @@
 #pragma once
 // Every kernel of this backend is launched through launch_kernel, which lets it start before
-// the kernel ahead of it in the stream has finished (Hopper's programmatic dependent launch).
+// the kernel ahead of it in the stream has finished (Hopper's programmatic dependent launch)
+// where that pays (may_start_early below: forwards of few rows, grids of one wave).
 // Why: a decode step is hundreds of kernels of a few microseconds each, and between two of them
 // the device otherwise sits idle while the first drains, its writes are flushed and the second
 // is launched and ramps up. With the early launch the second kernel's blocks are already
