@@ -36,9 +36,11 @@ __m512i load_exact(const uint8_t* p) {
 
 // The nibble formats: up to four blocks (at most 96 bytes, every field 16-bit aligned) come in
 // with two masked loads; two-table word permutations pull out the packed codes and fp16 fields.
-// Blocks past `count` read as zeros.
+// Blocks past `count` read as zeros. Always inlined, as q8_0_group: called through the format's
+// function pointer, GCC kept both out of line, and their three-vector result went through
+// memory on every group of every row (a fifth of a Gemma 3 decode step was these two calls).
 template <class Block, int kQsWord, int kMinWord, int kQhWord>
-GroupWeights nibble_group(const Block* b, int count) {
+[[gnu::always_inline]] inline GroupWeights nibble_group(const Block* b, int count) {
   constexpr int kWords = sizeof(Block) / 2;
   static constexpr std::array<int16_t, 32> kCodeIndex = [] {
     std::array<int16_t, 32> index{};  // [qs0, qs1, qs2, qs3]: 8 words each
@@ -85,7 +87,7 @@ GroupWeights nibble_group(const Block* b, int count) {
 
 // Q8_0: four blocks are 136 bytes. Word w of the group is word w % 32 of load w / 32; the
 // last block's back half straddles the second and third loads.
-GroupWeights q8_0_group(const BlockQ8_0* b, int count) {
+[[gnu::always_inline]] inline GroupWeights q8_0_group(const BlockQ8_0* b, int count) {
   constexpr int kWords = sizeof(BlockQ8_0) / 2;  // 17: d, then 16 words of codes
   static constexpr std::array<std::array<int16_t, 32>, 3> kIndex = [] {
     std::array<std::array<int16_t, 32>, 3> index{};  // front (loads 0-1), back (0-1), back (1-2)
