@@ -30,9 +30,9 @@ __device__ __forceinline__ void wait_for_inputs() {
 }
 
 // Lets the next kernel of the stream be launched now: its blocks become resident and run up to
-// their own wait_for_inputs(). Called first thing: by then this kernel's blocks are all resident
-// (the next one launches only when every block has called it), so the early kernel takes no
-// room this one needs.
+// their own wait_for_inputs(). Called first thing, for the most overlap; the next kernel
+// launches only when every block of this one has called it. Whether that pays is decided at
+// launch (may_start_early): measured, it did for one-row steps and not at 64 rows.
 __device__ __forceinline__ void allow_next_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
@@ -42,9 +42,9 @@ __device__ __forceinline__ void allow_next_kernel() {
 // Whether `kernel` with this grid starts early: early launches are on for this thread
 // (set_early_launches, kernels.h), the device honours them (compute capability 9.0 and later;
 // older devices get plain stream-ordered launches of the same kernels, whose waits are then
-// no-ops) and the whole grid is resident at once. A grid of several waves starts in order: a one-row decode step's attention (a block per
-// head and context slot, most of which find nothing to do) ran slower early (llama3-8b batch 1
-// 352.4 -> 373.3 tok/s when it stopped).
+// no-ops) and the whole grid is resident at once. A grid of several waves starts in order: a
+// one-row decode step's attention (a block per head and context slot, most of which find
+// nothing to do) ran slower early (llama3-8b batch 1 352.4 -> 373.3 tok/s when it stopped).
 bool may_start_early(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes);
 
 template <class... Params, class... Args>

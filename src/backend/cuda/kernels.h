@@ -15,8 +15,9 @@ namespace cellm::cuda {
 using backend::TensorRef;
 
 // Every launcher below lets its kernel start before the kernel ahead of it has finished
-// (kernel_launch.cuh) where early launches are on for the calling thread. They pay in steps of few rows, whose kernels are short and mostly one wave; in
-// steps of many rows they cost more than they save. Measured on an H200, one run each
+// (kernel_launch.cuh) where early launches are on for the calling thread. They pay in steps of
+// few rows, whose kernels are short and mostly one wave; in steps of many rows they cost more
+// than they save. Measured on an H200, one run each
 // (tok/s, no early launches -> early launches): llama3-8b Q4_K batch 1 329.2 -> 373.3, batch 64
 // 2196 -> 1997 (1928 with attention and the tiled product never triggering early); SmolLM2's
 // shape batch 8 4025 -> 4394. The executor says how wide each forward is (Backend::begin_forward)
@@ -54,7 +55,7 @@ void launch_convert_bf16(const TensorRef& x, int64_t row0, int64_t rows, void* d
 
 // --- attention ---------------------------------------------------------------------------------
 // In the order of backend/attention_order.h (the CPU's bits). A long context of a few rows is
-// split over blocks whose per-chunk results go to `partials`, folded by a second kernel;
+// split over blocks whose per-chunk results go to `partials`, folded by the last of them;
 // attention_partials_floats() is the workspace the backend allocates (smaller is allowed: rows
 // that do not fit fold in place, slower, same bits).
 struct AttentionWorkspace {
