@@ -189,11 +189,19 @@ void CudaBackend::rms_norm_matmul(const TensorRef& x, const float* weight, float
   matmul_->run_normed(x, weight, eps, normed, w, bias, out);
 }
 
+namespace {
+
+// One row: the residual row can be the product's bias, which every product kernel adds last with
+// one rounded addition, the bits of matmul + add in one launch fewer. Null where it cannot.
+const float* residual_as_bias(int64_t rows, const TensorRef& residual, const TensorRef& out) {
+  const bool one_row = rows == 1 && residual.rows == 1 && residual.cols == out.cols && residual.dtype == DType::F32;
+  return one_row ? static_cast<const float*>(residual.data) : nullptr;
+}
+
+}  // namespace
+
 void CudaBackend::matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out) {
-  // One row: the residual row is a bias, which every product kernel adds last with one rounded
-  // addition, the bits of matmul + add in one launch fewer.
-  if (x.rows == 1 && residual.rows == 1 && residual.cols == out.cols && residual.dtype == DType::F32)
-    return matmul(x, w, static_cast<const float*>(residual.data), out);
+  if (const float* bias = residual_as_bias(x.rows, residual, out)) return matmul(x, w, bias, out);
   Backend::matmul_add(x, w, residual, out);
 }
 
@@ -233,10 +241,8 @@ void CudaBackend::glu_matmul(const TensorRef& gate, const TensorRef& up, backend
                              const TensorRef& out) {
   use_device(device_);
   if (residual == nullptr) return matmul_->run_after_glu(gate, up, act, glu_out, w, bias, out);
-  // One row: the residual row is the product's bias, as in matmul_add.
-  if (bias == nullptr && glu_out.rows == 1 && residual->rows == 1 && residual->cols == out.cols &&
-      residual->dtype == DType::F32)
-    return matmul_->run_after_glu(gate, up, act, glu_out, w, static_cast<const float*>(residual->data), out);
+  if (const float* as_bias = bias == nullptr ? residual_as_bias(glu_out.rows, *residual, out) : nullptr)
+    return matmul_->run_after_glu(gate, up, act, glu_out, w, as_bias, out);
   Backend::glu_matmul(gate, up, act, glu_out, w, bias, residual, out);
 }
 

@@ -79,52 +79,66 @@ void Matmul::run(const backend::TensorRef& x, const backend::TensorRef& w, const
   run_gemm(x, w, bias, out);
 }
 
+namespace {
+
+// One row (single-stream decode): a short row is quantized by the product kernel itself.
+bool product_quantizes_itself(const backend::TensorRef& x, const backend::TensorRef& w) {
+  return x.rows == 1 && gemv_one_token_supported(w) && x.cols <= kGemvQuantizeMaxColumns;
+}
+
+}  // namespace
+
 bool Matmul::quantizes_apart(const backend::TensorRef& x, const backend::TensorRef& w, ActivationFormat& format) const {
   if (large_rows_ == LargeRows::Bf16 && x.rows > kGemvMaxRows) return false;
   if (!exact_matmul_supported(x, w) || !activation_format_for(w.dtype, format)) return false;
-  if (x.rows == 1 && gemv_one_token_supported(w) && x.cols <= kGemvQuantizeMaxColumns) return false;  // in the product
+  if (product_quantizes_itself(x, w)) return false;
   return x.rows <= kQuantizedElems / x.cols;  // one chunk of run_exact
+}
+
+template <class Fits, class Plain, class Quantizing>
+void Matmul::run_produced(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+                          const backend::TensorRef& out, Fits fits, Plain plain, Quantizing quantizing) {
+  ActivationFormat format;
+  if (out.rows != x.rows || out.cols != w.rows || out.dtype != DType::F32 || !quantizes_apart(x, w, format) ||
+      !fits(format)) {
+    plain();
+    return run(x, w, bias, out);
+  }
+  if (x.rows == 0) return;
+  const QuantizedActivations q = carve_quantized_activations(q_scratch_, x.rows, x.cols);
+  quantizing(format, q);
+  launch_exact_matmul(x, q, w, bias, out, sm_count_, stream_);
 }
 
 void Matmul::run_normed(const backend::TensorRef& x, const float* norm_weight, float eps,
                         const backend::TensorRef& normed, const backend::TensorRef& w, const float* bias,
                         const backend::TensorRef& out) {
-  ActivationFormat format;
-  const bool aligned = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.row_stride % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0;
-  if (!aligned || x.rows != normed.rows || x.cols != normed.cols || out.rows != normed.rows ||
-      out.cols != w.rows || out.dtype != DType::F32 || !quantizes_apart(normed, w, format)) {
-    launch_rms_norm(x, norm_weight, static_cast<int32_t>(x.cols), eps, normed, stream_);
-    return run(normed, w, bias, out);
-  }
-  if (normed.rows == 0) return;
-  const QuantizedActivations q = carve_quantized_activations(q_scratch_, normed.rows, normed.cols);
-  launch_rms_norm_quantize(x, norm_weight, eps, normed, format, q, stream_);
-  launch_exact_matmul(normed, q, w, bias, out, sm_count_, stream_);
+  run_produced(
+      normed, w, bias, out,
+      [&](ActivationFormat format) { return rms_norm_quantize_supported(x, norm_weight, normed, format); },
+      [&] { launch_rms_norm(x, norm_weight, static_cast<int32_t>(x.cols), eps, normed, stream_); },
+      [&](ActivationFormat format, const QuantizedActivations& q) {
+        launch_rms_norm_quantize(x, norm_weight, eps, normed, format, q, stream_);
+      });
 }
 
 void Matmul::run_after_glu(const backend::TensorRef& gate, const backend::TensorRef& up, backend::GluActivation act,
                            const backend::TensorRef& glu_out, const backend::TensorRef& w, const float* bias,
                            const backend::TensorRef& out) {
-  ActivationFormat format;
-  if (out.rows != glu_out.rows || out.cols != w.rows || out.dtype != DType::F32 ||
-      !quantizes_apart(glu_out, w, format) || !glu_quantize_supported(gate, up, glu_out, format)) {
-    launch_glu(gate, up, act, glu_out, stream_);
-    return run(glu_out, w, bias, out);
-  }
-  if (glu_out.rows == 0) return;
-  const QuantizedActivations q = carve_quantized_activations(q_scratch_, glu_out.rows, glu_out.cols);
-  launch_glu_quantize(gate, up, act, glu_out, format, q, stream_);
-  launch_exact_matmul(glu_out, q, w, bias, out, sm_count_, stream_);
+  run_produced(
+      glu_out, w, bias, out,
+      [&](ActivationFormat format) { return glu_quantize_supported(gate, up, glu_out, format); },
+      [&] { launch_glu(gate, up, act, glu_out, stream_); },
+      [&](ActivationFormat format, const QuantizedActivations& q) {
+        launch_glu_quantize(gate, up, act, glu_out, format, q, stream_);
+      });
 }
 
 void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
                        const backend::TensorRef& out) {
   ActivationFormat format;
   if (!activation_format_for(w.dtype, format)) return launch_exact_matmul(x, {}, w, bias, out, sm_count_, stream_);
-  // One row (single-stream decode): a short row is quantized by the product kernel itself.
-  if (x.rows == 1 && gemv_one_token_supported(w) && x.cols <= kGemvQuantizeMaxColumns)
-    return launch_gemv_one_token(x, nullptr, w, bias, out, sm_count_, stream_);
+  if (product_quantizes_itself(x, w)) return launch_gemv_one_token(x, nullptr, w, bias, out, sm_count_, stream_);
   // Rows in chunks that fit the quantized-activation scratch.
   const int64_t chunk = kQuantizedElems / x.cols;
   if (chunk == 0) fail(ErrorCode::Unsupported, "matmul inner dimension ", x.cols, " exceeds the CUDA scratch");

@@ -59,6 +59,13 @@ class Matmul {
                  const backend::TensorRef& out);
   // Whether run(x, w) quantizes all of x in one launch of its own, and in which format.
   bool quantizes_apart(const backend::TensorRef& x, const backend::TensorRef& w, ActivationFormat& format) const;
+  // x is made by a producer kernel, then multiplied as run(x, w, bias, out) would: where run
+  // would quantize x in a launch of its own and fits(format) says the producer can write that
+  // format, quantizing(format, q) makes x and its quantized form in one launch; otherwise
+  // plain() makes x and run multiplies it.
+  template <class Fits, class Plain, class Quantizing>
+  void run_produced(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+                    const backend::TensorRef& out, Fits fits, Plain plain, Quantizing quantizing);
   void gemm_bf16(const void* w, int64_t lda, const void* x, int64_t n_rows, int64_t t_rows, int64_t k, float* out,
                  int64_t ldc);
   void free_all();

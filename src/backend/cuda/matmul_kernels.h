@@ -55,6 +55,8 @@ void launch_quantize_activations(const TensorRef& x, ActivationFormat format, co
 // out = rmsnorm(x) * weight over whole rows (rms_norm's bits), and out quantized into q as
 // launch_quantize_activations(out) would: the norm ahead of a product, in one launch. Rows and
 // weight 16-byte aligned, cols a multiple of the format's block.
+bool rms_norm_quantize_supported(const TensorRef& x, const float* weight, const TensorRef& out,
+                                 ActivationFormat format);
 void launch_rms_norm_quantize(const TensorRef& x, const float* weight, float eps, const TensorRef& out,
                               ActivationFormat format, const QuantizedActivations& q, cudaStream_t stream);
 

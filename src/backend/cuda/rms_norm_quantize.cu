@@ -74,12 +74,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
+bool rms_norm_quantize_supported(const TensorRef& x, const float* weight, const TensorRef& out,
+                                 ActivationFormat format) {
+  return x.dtype == DType::F32 && out.dtype == DType::F32 && x.rows == out.rows && x.cols == out.cols &&
+         x.cols % activation_block_elems(format) == 0 && x.cols <= (1 << 30) && aligned16(x.data) &&
+         aligned16(out.data) && aligned16(weight) && x.row_stride % 16 == 0 && out.row_stride % 16 == 0;
+}
+
 void launch_rms_norm_quantize(const TensorRef& x, const float* weight, float eps, const TensorRef& out,
                               ActivationFormat format, const QuantizedActivations& q, cudaStream_t stream) {
-  const int block = activation_block_elems(format);
-  if (x.dtype != DType::F32 || out.dtype != DType::F32 || x.rows != out.rows || x.cols != out.cols ||
-      x.cols % block != 0 || x.cols > (1 << 30) || !aligned16(x.data) || !aligned16(out.data) || !aligned16(weight) ||
-      x.row_stride % 16 != 0 || out.row_stride % 16 != 0)
+  if (!rms_norm_quantize_supported(x, weight, out, format))
     fail(ErrorCode::Internal, "rms_norm_quantize: unsupported operands (", x.rows, " x ", x.cols, ")");
   if (x.rows == 0) return;
   const NormArgs args{static_cast<const float*>(x.data), x.row_stride / sizeof(float), weight,
