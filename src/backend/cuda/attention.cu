@@ -12,11 +12,13 @@
 //  - in place: one block per (row, heads) folds its chunks itself, in order. For many rows, and
 //    for a row with more chunks than the workspace holds per row (block 0 of its split blocks
 //    does it, the others return).
-// Within a chunk a thread takes one list entry (visibility, then one score per head); the V rows
-// of the visible cells come to shared memory with asynchronous copies (the first stage while the
-// scores are computed) and each thread sums, cell by cell, its (head, dimension) outputs.
-// Cells that are not visible are never loaded (free cells and stale rows may hold anything,
-// NaN included).
+// A block's heads are the query heads of one KV head (or one of them, where that many more
+// blocks are needed to fill the GPU: launch_attention). Within a chunk a thread takes one list
+// entry (visibility, then its K row loaded once for the block's heads' scores); the V rows of
+// the visible cells come to shared memory with asynchronous copies (the first stage while the
+// scores are computed) and each thread sums, cell by cell, its (head, dimension) outputs, one
+// V value for all the heads it owns the column for. Cells that are not visible are never
+// loaded (free cells and stale rows may hold anything, NaN included).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -80,37 +82,57 @@ __device__ __forceinline__ float value_at(const char* row, int i) {
   else return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
 }
 
-// s = q . K * scale of one cell, in the defined order (head_dim a multiple of 8).
+// The scores s = q . K * scale of one cell for `heads` query heads, in the defined order
+// (head_dim a multiple of 8), into w[h * kChunk]. f16: each 16 bytes of the K row are loaded
+// once for up to four heads (the heads of a KV head share the row); the others head by head.
 template <typename E>
-__device__ __forceinline__ float score_of(const float* q, const char* k_row, int hd, float scale) {
+__device__ __forceinline__ void scores_of(const float* q, const char* k_row, int hd, int heads, float scale, float* w) {
   if constexpr (std::is_same_v<E, __half>) {
-    float acc[8] = {};
-    for (int i0 = 0; i0 < hd; i0 += 64) {  // up to eight 16-byte loads in flight, then their products
-      uint4 raw[8];
+    constexpr int kHeads = 4;
+    for (int h0 = 0; h0 < heads; h0 += kHeads) {
+      float acc[kHeads][8] = {};
+      for (int i0 = 0; i0 < hd; i0 += 64) {  // up to eight 16-byte loads in flight, then their products
+        uint4 raw[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u)
-        if (i0 + 8 * u < hd) raw[u] = *reinterpret_cast<const uint4*>(k_row + 2 * (i0 + 8 * u));
+        for (int u = 0; u < 8; ++u)
+          if (i0 + 8 * u < hd) raw[u] = *reinterpret_cast<const uint4*>(k_row + 2 * (i0 + 8 * u));
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (i0 + 8 * u >= hd) break;
-        const int i = i0 + 8 * u;
-        const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+        for (int u = 0; u < 8; ++u) {
+          if (i0 + 8 * u >= hd) break;
+          const int i = i0 + 8 * u;
+          const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+          float2 kv[4];
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const float2 kv = unpack_16x2<false>(words[w]);
-          acc[2 * w] = __fmaf_rn(q[i + 2 * w], kv.x, acc[2 * w]);
-          acc[2 * w + 1] = __fmaf_rn(q[i + 2 * w + 1], kv.y, acc[2 * w + 1]);
+          for (int x = 0; x < 4; ++x) kv[x] = unpack_16x2<false>(words[x]);
+#pragma unroll
+          for (int hh = 0; hh < kHeads; ++hh) {
+            if (h0 + hh >= heads) break;
+            const float4* qh = reinterpret_cast<const float4*>(q + (h0 + hh) * hd + i);  // 16-byte aligned: hd % 8 == 0
+            const float4 qa = qh[0], qb = qh[1];
+            const float qs[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+              acc[hh][2 * x] = __fmaf_rn(qs[2 * x], kv[x].x, acc[hh][2 * x]);
+              acc[hh][2 * x + 1] = __fmaf_rn(qs[2 * x + 1], kv[x].y, acc[hh][2 * x + 1]);
+            }
+          }
         }
       }
-    }
-    float s[4];
 #pragma unroll
-    for (int l = 0; l < 4; ++l) s[l] = __fadd_rn(acc[l], acc[l + 4]);
-    return __fmul_rn(__fadd_rn(__fadd_rn(s[0], s[2]), __fadd_rn(s[1], s[3])), scale);
+      for (int hh = 0; hh < kHeads; ++hh) {
+        if (h0 + hh >= heads) break;
+        float s[4];
+#pragma unroll
+        for (int l = 0; l < 4; ++l) s[l] = __fadd_rn(acc[hh][l], acc[hh][l + 4]);
+        w[(h0 + hh) * kChunk] = __fmul_rn(__fadd_rn(__fadd_rn(s[0], s[2]), __fadd_rn(s[1], s[3])), scale);
+      }
+    }
   } else {
-    float dot = 0.0f;
-    for (int i = 0; i < hd; ++i) dot = __fadd_rn(dot, __fmul_rn(q[i], value_at<E>(k_row, i)));
-    return __fmul_rn(dot, scale);
+    for (int h = 0; h < heads; ++h) {
+      float dot = 0.0f;
+      for (int i = 0; i < hd; ++i) dot = __fadd_rn(dot, __fmul_rn(q[h * hd + i], value_at<E>(k_row, i)));
+      w[h * kChunk] = __fmul_rn(dot, scale);
+    }
   }
 }
 
@@ -118,7 +140,7 @@ __device__ __forceinline__ float score_of(const float* q, const char* k_row, int
 // chunk's cells and the staged V rows.
 struct Shared {
   float* q;          // [heads][hd]
-  float* w;          // [heads][kChunk]: scores, then e_j
+  float* w;          // [heads][kChunk]: scores, then e_j; the fold's factors after the last chunk
   float* chunk_max;  // [heads] m_c
   float* chunk_sum;  // [heads] l_c
   float* max;        // [heads] running m (in place)
@@ -140,12 +162,40 @@ __device__ __forceinline__ Shared carve(unsigned char* smem, int heads, int hd) 
   return s;
 }
 
+// The (head, dimension) outputs a thread owns in the V sums and the folds: column col (and
+// col + kThreads where head_dim > kThreads: kCols = 2), each for heads head0, head0 + head_step,
+// ... (its slots). Threads that share a column share its V loads. Where head_dim does not
+// divide kThreads some threads own nothing.
+struct Outputs {
+  int col, cols;         // cols: 1 or 2 (a second column only where it is < head_dim)
+  int head0, head_step;  // the thread owns something if head0 < head_step
+  __device__ bool owns(int slot, int heads) const { return head0 < head_step && head0 + slot * head_step < heads; }
+  __device__ int head(int slot) const { return head0 + slot * head_step; }
+};
+
+__device__ __forceinline__ Outputs outputs_of(int hd) {
+  Outputs m;
+  if (hd <= kThreads) {
+    m.col = threadIdx.x % hd, m.cols = 1, m.head0 = threadIdx.x / hd, m.head_step = kThreads / hd;
+  } else {
+    m.col = threadIdx.x, m.cols = threadIdx.x + kThreads < hd ? 2 : 1, m.head0 = 0, m.head_step = 1;
+  }
+  return m;
+}
+
+// Head slots and columns a thread needs for `heads` heads of head_dim (Outputs).
+__host__ __device__ constexpr int head_slots(int heads, int hd) {
+  const int step = hd <= kThreads ? kThreads / hd : 1;
+  return (heads + step - 1) / step;
+}
+__host__ __device__ constexpr int column_count(int hd) { return hd <= kThreads ? 1 : 2; }
+
 // One chunk of row t for the block's heads (first: h0 within KV head g): chunk_max, chunk_sum in
-// shared memory and o_c in o[] (item j of this thread is (head, dim) = threadIdx.x + kThreads j).
-// Returns false, block-uniformly, when no cell of the chunk is visible.
-template <typename E, int kItems>
-__device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, int t, int g, int heads, int chunk, int n_entries,
-                             float (&o)[kItems]) {
+// shared memory and o_c in o[slot][c] (Outputs). Returns false, block-uniformly, when no cell of
+// the chunk is visible.
+template <typename E, int kHeadSlots, int kCols>
+__device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, const Outputs& m, int t, int g, int heads,
+                                             int chunk, int n_entries, float (&o)[kHeadSlots][kCols]) {
   const int hd = a.head_dim;
   const int e_begin = a.page_rows[t];
   const int32_t pos = a.positions[t];
@@ -175,19 +225,21 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, int
   };
   stage_v(0);
 
-  const char* k_row = a.k + static_cast<size_t>(cell < 0 ? 0 : cell) * a.row_stride + head_offset;
-  for (int h = 0; h < heads; ++h)
-    s.w[h * kChunk + threadIdx.x] = cell >= 0 ? score_of<E>(s.q + h * hd, k_row, hd, a.scale) : -INFINITY;
+  if (cell >= 0) {
+    scores_of<E>(s.q, a.k + static_cast<size_t>(cell) * a.row_stride + head_offset, hd, heads, a.scale, s.w + threadIdx.x);
+  } else {
+    for (int h = 0; h < heads; ++h) s.w[h * kChunk + threadIdx.x] = -INFINITY;
+  }
   __syncthreads();
 
   // m_c per head (exact in any order), then e_j = expf(s_j - m_c), 0 where not visible.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int h = warp; h < heads; h += kWarps) {
-    float m = -INFINITY;
-    for (int i = lane; i < kChunk; i += 32) m = fmaxf(m, s.w[h * kChunk + i]);
+    float mx = -INFINITY;
+    for (int i = lane; i < kChunk; i += 32) mx = fmaxf(mx, s.w[h * kChunk + i]);
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    if (lane == 0) s.chunk_max[h] = m;
+    for (int offset = 16; offset > 0; offset >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, offset));
+    if (lane == 0) s.chunk_max[h] = mx;
   }
   __syncthreads();
   for (int h = 0; h < heads; ++h) {
@@ -196,41 +248,45 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, int
   }
   __syncthreads();
   // l_c: thread h sums head h's e_j in cell order (adding the zeros of absent cells changes nothing).
-  if (threadIdx.x < heads) {
+  for (int h = threadIdx.x; h < heads; h += kThreads) {
     float l = 0.0f;
 #pragma unroll 8
-    for (int i = 0; i < kChunk; ++i) l = __fadd_rn(l, s.w[threadIdx.x * kChunk + i]);
-    s.chunk_sum[threadIdx.x] = l;
+    for (int i = 0; i < kChunk; ++i) l = __fadd_rn(l, s.w[h * kChunk + i]);
+    s.chunk_sum[h] = l;
   }
 
-  // o_c: the visible cells' V rows, stage by stage, summed in cell order. Each item's weight row
-  // and column are found once, not per cell (an integer division per cell and item cost ~20 us
-  // per decode step of llama3-8b); items past the block's outputs compute on row 0, unstored.
-  const float* w_of[kItems];
-  int col_of[kItems];
+  // o_c: the visible cells' V rows, stage by stage, summed in cell order; a column's V value is
+  // loaded once for all the heads the thread owns it for.
+  const float* w_of[kHeadSlots];
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int item = threadIdx.x + kThreads * j;
-    const bool live = item < heads * hd;
-    w_of[j] = s.w + (live ? item / hd : 0) * kChunk;
-    col_of[j] = live ? item % hd : 0;
-    o[j] = 0.0f;
+  for (int k = 0; k < kHeadSlots; ++k) {
+    w_of[k] = s.w + (m.owns(k, heads) ? m.head(k) : 0) * kChunk;  // not owned: computed on head 0, unstored
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) o[k][c] = 0.0f;
   }
+  int col_of[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) col_of[c] = c < m.cols ? m.col + c * kThreads : m.col;  // past head_dim: unstored
   for (int s0 = 0; s0 < kChunk; s0 += a.stage_cells) {
     exact::cp_async_wait<0>();
     __syncthreads();
     const int n = min(a.stage_cells, kChunk - s0);
     // Cells that are not visible have e = 0 and a zeroed staged row: fma(0, 0, o) is o, the
     // same bits as skipping them, and the loop needs no branch (its loads batch up).
-#pragma unroll 8
+#pragma unroll 4
     for (int c = 0; c < n; ++c) {
       const char* v_row = reinterpret_cast<const char*>(s.v) + static_cast<size_t>(c) * hd * sizeof(E);
+      float v[kCols];
 #pragma unroll
-      for (int j = 0; j < kItems; ++j) {
-        const float w = w_of[j][s0 + c];
-        const float v = value_at<E>(v_row, col_of[j]);
-        if constexpr (std::is_same_v<E, __half>) o[j] = __fmaf_rn(w, v, o[j]);
-        else o[j] = __fadd_rn(o[j], __fmul_rn(w, v));
+      for (int x = 0; x < kCols; ++x) v[x] = value_at<E>(v_row, col_of[x]);
+#pragma unroll
+      for (int k = 0; k < kHeadSlots; ++k) {
+        const float w = w_of[k][s0 + c];
+#pragma unroll
+        for (int x = 0; x < kCols; ++x) {
+          if constexpr (std::is_same_v<E, __half>) o[k][x] = __fmaf_rn(w, v[x], o[k][x]);
+          else o[k][x] = __fadd_rn(o[k][x], __fmul_rn(w, v[x]));
+        }
       }
     }
     __syncthreads();  // before the staging buffer and, after the last stage, s.cell are reused
@@ -267,28 +323,25 @@ __device__ __forceinline__ FoldStep fold_step(float m, float m_c) {
 }
 
 // Chunks folded in order by this block; writes the row's outputs for its heads.
-template <typename E, int kItems>
-__device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, const Place& p, int n_chunks, int n_entries) {
+template <typename E, int kHeadSlots, int kCols>
+__device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, const Outputs& m, const Place& p, int n_chunks,
+                                              int n_entries) {
   const int hd = a.head_dim;
-  float acc[kItems], o[kItems];
+  float acc[kHeadSlots][kCols], o[kHeadSlots][kCols];
   bool started = false;
   for (int chunk = 0; chunk < n_chunks; ++chunk) {
-    if (!chunk_result<E, kItems>(a, s, p.t, p.g, p.heads, chunk, n_entries, o)) continue;
+    if (!chunk_result<E, kHeadSlots, kCols>(a, s, m, p.t, p.g, p.heads, chunk, n_entries, o)) continue;
     __syncthreads();  // chunk_sum
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) {
-      const int item = threadIdx.x + kThreads * j;
-      if (item >= p.heads * hd) continue;
-      const int h = item / hd;
-      if (!started) {
-        acc[j] = o[j];
-      } else {
-        acc[j] = fold_step(s.max[h], s.chunk_max[h])(acc[j], o[j]);
-      }
+    for (int k = 0; k < kHeadSlots; ++k) {
+      if (!m.owns(k, p.heads)) continue;
+      const int h = m.head(k);
+      const FoldStep f = started ? fold_step(s.max[h], s.chunk_max[h]) : FoldStep{};
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) acc[k][c] = started ? f(acc[k][c], o[k][c]) : o[k][c];
     }
     __syncthreads();  // every thread has read s.max before it moves on
-    if (threadIdx.x < p.heads) {
-      const int h = threadIdx.x;
+    for (int h = threadIdx.x; h < p.heads; h += kThreads) {
       if (!started) {
         s.max[h] = s.chunk_max[h];
         s.sum[h] = s.chunk_sum[h];
@@ -303,39 +356,131 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, co
   }
   float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
 #pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int item = threadIdx.x + kThreads * j;
-    if (item < p.heads * hd) out_row[item] = started ? __fdiv_rn(acc[j], s.sum[item / hd]) : 0.0f;
+  for (int k = 0; k < kHeadSlots; ++k) {
+    if (!m.owns(k, p.heads)) continue;
+    const int h = m.head(k);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (c < m.cols) out_row[h * hd + m.col + c * kThreads] = started ? __fdiv_rn(acc[k][c], s.sum[h]) : 0.0f;
   }
 }
 
-// Output (row t, head, dimension d) from the workspace: the row's chunks folded in order
-// (attention_order.h). Chunks with l_c = 0 saw no visible cell. Reads with __ldcg: other
-// blocks wrote them.
-__device__ float fold_partials(const Args& a, int t, int head, int d, int n_chunks) {
-  const int hd = a.head_dim;
-  const float* base = a.partials + (static_cast<size_t>(t) * a.n_heads + head) * a.max_chunks * (hd + 2);
-  bool started = false;
-  float m = 0.0f, l = 0.0f, o = 0.0f;
-  for (int c = 0; c < n_chunks; ++c) {
-    const float* slot = base + static_cast<size_t>(c) * (hd + 2);
-    const float l_c = __ldcg(slot + hd + 1);
-    if (l_c == 0.0f) continue;
-    const float m_c = __ldcg(slot + hd), o_c = __ldcg(slot + d);
-    if (!started) {
-      m = m_c, l = l_c, o = o_c, started = true;
-      continue;
+// The workspace slot of (row t, head, chunk): o_c [hd], then m_c and l_c.
+__device__ __forceinline__ float* slot_of(const Args& a, int t, int head, int chunk) {
+  return a.partials + ((static_cast<size_t>(t) * a.n_heads + head) * a.max_chunks + chunk) * (a.head_dim + 2);
+}
+
+// Factor markers of the fold below (real factors are expf values, >= 0).
+constexpr float kSkipChunk = -1.0f;   // l_c = 0: no visible cell
+constexpr float kFirstChunk = -2.0f;  // the first visible chunk: o = o_c
+
+// The last split block: the row's chunks folded in order (attention_order.h) from the
+// workspace, for the block's heads. What is sequential about the fold is cheap: the running
+// max is a chain of fmaxf and the running sum a chain of three operations per chunk. So, for
+// kFoldBatch chunks at a time: their (m_c, l_c) are loaded at once, one thread per head chains
+// the maxima, every thread computes some of the factors expf(m - m'), expf(m_c - m') (two glibc
+// expf each, the costly part), one thread per head chains the sum, and every output folds its
+// o_c with the factors, kFoldLoads loads in flight at a time. Reads with __ldcg: other blocks
+// wrote them.
+template <int kHeadSlots, int kCols>
+__device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, const Place& p, int n_chunks) {
+  constexpr int kFoldBatch = kChunk / 4;
+  constexpr int kFoldLoads = 16;
+  static_assert(kFoldBatch % kFoldLoads == 0);
+  const int hd = a.head_dim, heads = p.heads;
+  // [heads][kFoldBatch] each, in s.w (heads * kChunk floats): m_c then the factor a (or a
+  // marker), l_c, the running max before the chunk, then the factor b.
+  float* fa = s.w;
+  float* fl = s.w + heads * kFoldBatch;
+  float* fm = s.w + 2 * heads * kFoldBatch;
+  float* fb = s.w + 3 * heads * kFoldBatch;
+  float o[kHeadSlots][kCols] = {};
+  for (int c0 = 0; c0 < n_chunks; c0 += kFoldBatch) {
+    const int n = min(kFoldBatch, n_chunks - c0);
+    for (int i = threadIdx.x; i < heads * n; i += kThreads) {
+      const float* slot = slot_of(a, p.t, p.h0 + i / n, c0 + i % n);
+      fa[(i / n) * kFoldBatch + i % n] = __ldcg(slot + hd);
+      fl[(i / n) * kFoldBatch + i % n] = __ldcg(slot + hd + 1);
     }
-    const FoldStep f = fold_step(m, m_c);
-    l = f(l, l_c);
-    o = f(o, o_c);
-    m = f.m;
+    __syncthreads();
+    for (int h = threadIdx.x; h < heads; h += kThreads) {  // the maxima: s.max[h] is m after the last batch
+      bool any = c0 > 0 && s.sum[h] != 0.0f;
+      float mx = any ? s.max[h] : 0.0f;
+      for (int c = 0; c < n; ++c) {
+        const int at = h * kFoldBatch + c;
+        if (fl[at] == 0.0f) {
+          fb[at] = kSkipChunk;
+        } else if (!any) {
+          mx = fa[at], any = true;
+          fb[at] = kFirstChunk;
+        } else {
+          fm[at] = mx;
+          fb[at] = 0.0f;  // a folded chunk
+          mx = fmaxf(mx, fa[at]);
+        }
+      }
+      s.max[h] = mx;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < heads * n; i += kThreads) {  // the factors, as fold_step
+      const int at = (i / n) * kFoldBatch + i % n;
+      if (fb[at] == 0.0f) {
+        const FoldStep f = fold_step(fm[at], fa[at]);
+        fa[at] = f.a, fb[at] = f.b;
+      } else {
+        fa[at] = fb[at];  // the marker
+      }
+    }
+    __syncthreads();
+    for (int h = threadIdx.x; h < heads; h += kThreads) {  // the sums
+      float l = c0 > 0 ? s.sum[h] : 0.0f;
+      for (int c = 0; c < n; ++c) {
+        const int at = h * kFoldBatch + c;
+        if (fa[at] == kFirstChunk) l = fl[at];
+        else if (fa[at] != kSkipChunk) l = FoldStep{fa[at], fb[at], 0.0f}(l, fl[at]);
+      }
+      s.sum[h] = l;
+    }
+#pragma unroll
+    for (int k = 0; k < kHeadSlots; ++k) {
+      if (!m.owns(k, heads)) continue;
+      const int h = m.head(k);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        if (c >= m.cols) continue;
+        float v = o[k][c];
+        const float* base = slot_of(a, p.t, p.h0 + h, c0) + m.col + c * kThreads;
+        for (int i = 0; i < n; i += kFoldLoads) {
+          float oc[kFoldLoads];
+#pragma unroll
+          for (int u = 0; u < kFoldLoads; ++u)  // past n: the batch's last chunk again, unused
+            oc[u] = __ldcg(base + static_cast<size_t>(min(i + u, n - 1)) * (hd + 2));
+#pragma unroll
+          for (int u = 0; u < kFoldLoads; ++u) {
+            if (i + u >= n) break;
+            const float fac = fa[h * kFoldBatch + i + u];
+            if (fac == kFirstChunk) v = oc[u];
+            else if (fac != kSkipChunk) v = FoldStep{fac, fb[h * kFoldBatch + i + u], 0.0f}(v, oc[u]);
+          }
+        }
+        o[k][c] = v;
+      }
+    }
+    __syncthreads();  // the factors are rewritten by the next batch; s.sum is complete
   }
-  return started ? __fdiv_rn(o, l) : 0.0f;
+  float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
+#pragma unroll
+  for (int k = 0; k < kHeadSlots; ++k) {
+    if (!m.owns(k, heads)) continue;
+    const int h = m.head(k);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (c < m.cols) out_row[h * hd + m.col + c * kThreads] = s.sum[h] != 0.0f ? __fdiv_rn(o[k][c], s.sum[h]) : 0.0f;
+  }
 }
 
-// kItems: (head, dimension) outputs per thread, >= heads_per_block * head_dim / kThreads.
-template <typename E, int kItems>
+// kHeadSlots >= head_slots(heads_per_block, head_dim), kCols == column_count(head_dim).
+template <typename E, int kHeadSlots, int kCols>
 __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
   allow_next_kernel();
   wait_for_inputs();
@@ -343,6 +488,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
   const int hd = a.head_dim;
   const Place p = place_of(a);
   const Shared s = carve(smem, p.heads, hd);
+  const Outputs m = outputs_of(hd);
   const int n_entries = (a.page_rows[p.t + 1] - a.page_rows[p.t]) * a.page_size;
   const int n_chunks = (n_entries + kChunk - 1) / kChunk;
   // One chunk (or none) needs no fold: block 0 writes the output itself.
@@ -354,27 +500,26 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
   for (int i = threadIdx.x; i < p.heads * hd; i += kThreads) s.q[i] = q_row[i];
   __syncthreads();
   if (in_place) {
-    fold_in_place<E, kItems>(a, s, p, n_chunks, n_entries);
+    fold_in_place<E, kHeadSlots, kCols>(a, s, m, p, n_chunks, n_entries);
     return;
   }
   for (int chunk = blockIdx.x; chunk < n_chunks; chunk += gridDim.x) {
-    float o[kItems];
-    const bool any = chunk_result<E, kItems>(a, s, p.t, p.g, p.heads, chunk, n_entries, o);
+    float o[kHeadSlots][kCols];
+    const bool any = chunk_result<E, kHeadSlots, kCols>(a, s, m, p.t, p.g, p.heads, chunk, n_entries, o);
     if (any) __syncthreads();  // chunk_sum
-    for (int h = 0; h < p.heads; ++h) {
-      float* slot = a.partials + ((static_cast<size_t>(p.t) * a.n_heads + p.h0 + h) * a.max_chunks + chunk) * (hd + 2);
-      if (threadIdx.x == 0) {
-        slot[hd] = any ? s.chunk_max[h] : 0.0f;
-        slot[hd + 1] = any ? s.chunk_sum[h] : 0.0f;  // 0: an empty chunk (a visible one has l_c >= 1)
-      }
+    for (int h = threadIdx.x; h < p.heads; h += kThreads) {
+      float* slot = slot_of(a, p.t, p.h0 + h, chunk);
+      slot[hd] = any ? s.chunk_max[h] : 0.0f;
+      slot[hd + 1] = any ? s.chunk_sum[h] : 0.0f;  // 0: an empty chunk (a visible one has l_c >= 1)
     }
     if (any) {
 #pragma unroll
-      for (int j = 0; j < kItems; ++j) {
-        const int item = threadIdx.x + kThreads * j;
-        if (item >= p.heads * hd) continue;
-        a.partials[((static_cast<size_t>(p.t) * a.n_heads + p.h0 + item / hd) * a.max_chunks + chunk) * (hd + 2) +
-                   item % hd] = o[j];
+      for (int k = 0; k < kHeadSlots; ++k) {
+        if (!m.owns(k, p.heads)) continue;
+        float* slot = slot_of(a, p.t, p.h0 + m.head(k), chunk);
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+          if (c < m.cols) slot[m.col + c * kThreads] = o[k][c];
       }
     }
     __syncthreads();  // chunk_max/chunk_sum are rewritten by the next chunk
@@ -389,36 +534,45 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
   __syncthreads();
   if (arrived != static_cast<unsigned>(min(n_chunks, static_cast<int>(gridDim.x))) - 1) return;
   __threadfence();
-  float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
-  for (int item = threadIdx.x; item < p.heads * hd; item += kThreads)
-    out_row[item] = fold_partials(a, p.t, p.h0 + item / hd, item % hd, n_chunks);
+  fold_partials<kHeadSlots, kCols>(a, s, m, p, n_chunks);
   if (threadIdx.x == 0) *arrivals = 0;  // ready for the next launch (graphs replay this one)
 }
 
-template <typename E, int kItems>
-void launch_items(const Args& args, dim3 grid, size_t smem, cudaStream_t stream) {
+template <typename E, int kHeadSlots, int kCols>
+void launch_shape(const Args& args, dim3 grid, size_t smem, cudaStream_t stream) {
+  const auto kernel = attention_kernel<E, kHeadSlots, kCols>;
   if (smem > 48 * 1024)
-    check(cudaFuncSetAttribute(attention_kernel<E, kItems>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)),
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "attention shared memory");
-  launch_kernel("attention kernel", attention_kernel<E, kItems>, grid, kThreads, smem, stream, args);
+  launch_kernel("attention kernel", kernel, grid, kThreads, smem, stream, args);
+}
+
+// The kernel whose slot count is the smallest power of two that holds the block's heads.
+template <typename E, int kCols>
+void launch_columns(const Args& args, dim3 grid, size_t smem, cudaStream_t stream) {
+  const int slots = head_slots(args.heads_per_block, args.head_dim);  // per thread, not split blocks
+  if (slots <= 1)
+    launch_shape<E, 1, kCols>(args, grid, smem, stream);
+  else if (slots <= 2)
+    launch_shape<E, 2, kCols>(args, grid, smem, stream);
+  else if (slots <= 4)
+    launch_shape<E, 4, kCols>(args, grid, smem, stream);
+  else if (slots <= 8)
+    launch_shape<E, 8, kCols>(args, grid, smem, stream);
+  else if (slots <= 16)
+    launch_shape<E, 16, kCols>(args, grid, smem, stream);
+  else if constexpr (kCols == 1)
+    launch_shape<E, 32, kCols>(args, grid, smem, stream);  // kAttentionMaxGroupDims / kThreads
+  else
+    fail(ErrorCode::Internal, "attention: ", slots, " head slots of two columns");  // heads <= 4096 / 256
 }
 
 template <typename E>
 void launch_typed(const Args& args, dim3 grid, size_t smem, cudaStream_t stream) {
-  const int items = (args.heads_per_block * args.head_dim + kThreads - 1) / kThreads;
-  if (items <= 1)
-    launch_items<E, 1>(args, grid, smem, stream);
-  else if (items <= 2)
-    launch_items<E, 2>(args, grid, smem, stream);
-  else if (items <= 4)
-    launch_items<E, 4>(args, grid, smem, stream);
-  else if (items <= 8)
-    launch_items<E, 8>(args, grid, smem, stream);
-  else if (items <= 16)
-    launch_items<E, 16>(args, grid, smem, stream);
+  if (column_count(args.head_dim) == 1)
+    launch_columns<E, 1>(args, grid, smem, stream);
   else
-    launch_items<E, 32>(args, grid, smem, stream);
+    launch_columns<E, 2>(args, grid, smem, stream);
 }
 
 bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
@@ -457,10 +611,13 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
   int stage_cells = kChunk;
   while (stage_cells > 8 && static_cast<size_t>(stage_cells) * hd * elem > kStageBytes) stage_cells /= 2;
 
-  // Few rows: a block per query head and split chunks; many: a block per KV head, in place.
+  // A block per (row, KV head): the group's query heads share each K and V row it loads -
+  // unless a block per query head is what it takes to give each SM one, where the shorter chain
+  // of a one-head block wins (llama3-8b's shape, one row, 640 cells: 18.0 us per head, 22.5 per
+  // KV head; 8 rows: 41.5 and 24.4). Few rows also split the chunks over blocks; many fold
+  // them in place.
   const int64_t target_blocks = int64_t{kBlocksPerSm} * workspace.sm_count;
-  const bool few_rows = q.rows * kv.n_kv_heads < target_blocks;
-  const int heads_per_block = few_rows ? 1 : group;
+  const int heads_per_block = q.rows * n_heads <= workspace.sm_count ? 1 : group;
   const int64_t base_blocks = q.rows * n_heads / heads_per_block;
   int slots = static_cast<int>(std::clamp<int64_t>(2 * target_blocks / base_blocks, 1, kMaxSlots));
   const int64_t max_chunks =

@@ -1,6 +1,7 @@
 // Paged attention on the GPU against the CPU kernel, with side buffers built by a real
 // kv::CellCache: clones sharing pages, windowed and full layers, decode rows beside a prefill
-// slice, a long context (split over many blocks) and a large prefill (one block per row).
+// slice, long contexts (split over many blocks, folded in several batches; with a block per
+// query head and per KV head) and a large prefill (a block per row and KV head).
 // Every pool byte a row may not read is NaN, per layer: any leak shows in the outputs.
 // The kernel must give the CPU's bits (backend/attention_order.h) where the CPU's f16 dot uses
 // AVX2/FMA, and always for f32/bf16 pools, whichever way it cuts the work: split over blocks
@@ -223,18 +224,33 @@ TEST_P(CudaAttention, MatchesCpuOverPageListsAndNeverReadsInvisibleCells) {
     sc.compare_pending(gpu, pos, "decode step");
     cache.abort();
   }
-  {  // a 300-token prefill continuing c: one block per row and head
+  {  // a 300-token prefill continuing c: one block per row and KV head, in place
     std::vector<int32_t> pos(300);
     for (int32_t i = 0; i < 300; ++i) pos[static_cast<size_t>(i)] = 700 + i;
     sc.step(std::vector<kv::SeqId>(300, c), pos, true);
     sc.compare_pending(gpu, pos, "prefill step");
     cache.abort();
   }
+  {  // last (their NaNs poison the other sequences' cells): rows over more chunks than the last
+     // split block folds in one batch (32), one row (a block per query head) and 40 (a block per
+     // KV head)
+    const kv::SeqId e = cache.create();
+    sc.append(e, 8400, 420);
+    for (int32_t rows : {1, 40}) {
+      std::vector<int32_t> pos(static_cast<size_t>(rows));
+      for (int32_t i = 0; i < rows; ++i) pos[static_cast<size_t>(i)] = 8400 + i;
+      sc.step(std::vector<kv::SeqId>(static_cast<size_t>(rows), e), pos, true);
+      sc.compare_pending(gpu, pos, "long context, " + std::to_string(rows) + " rows");
+      cache.abort();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaAttention,
                          ::testing::Values(Layout{3, 64, 3, 24, DType::F16},    // SmolLM2-like
                                            Layout{1, 256, 4, 40, DType::F16},   // Gemma-3-like
+                                           Layout{2, 128, 4, 0, DType::F16},    // Llama-3-like
+                                           Layout{2, 96, 3, 0, DType::F16},     // head_dim not dividing 128
                                            Layout{2, 128, 2, 0, DType::BF16},   // no window
                                            Layout{4, 32, 8, 17, DType::F32}));  // wide groups
 
