@@ -219,46 +219,53 @@ struct KQuantKernel {
     for (int i = 0; i < MT; ++i) store_lanes(job, acc[i], t0 + i, n0, nr);
   }
 
-  // A row's super-block kAhead blocks on (past the row's end: the next row's first ones),
-  // asked for now. 16 rows visited a block at a time are 16 short strides that the hardware
-  // prefetcher does not follow: four fifths of run_rows' time was the first load of each block
-  // (perf, Gemma 3 270M's Q6_K and Q4_K matrices, decode).
-  static constexpr int kAhead = 2;
-  static void prefetch_ahead(const Block* row, int64_t b) {
-    const uintptr_t at = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(b + kAhead) * sizeof(Block);
-    for (size_t offset = 0; offset < sizeof(Block); offset += 64) _mm_prefetch(reinterpret_cast<const char*>(at + offset), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(at + sizeof(Block) - 1), _MM_HINT_T0);
-  }
+  // One super-block column of a 16-row group: each row's exact integer sums for the job's
+  // tokens, and its scales.
+  struct alignas(64) BlockSums {
+    int32_t sums[kTokens][kPanelRows];
+    int32_t min_sums[kTokens][kPanelRows];
+    float d[kPanelRows];
+    float dmin[kPanelRows];
+  };
+  static_assert(sizeof(BlockSums) <= sizeof(KPanel));  // they live in the panels' work area
 
-  // Few tokens: 16 rows at a time, each row's integer sums computed in element order and reduced
-  // exactly, then the float steps of tile() with one row per lane.
+  // Few tokens: 16 rows at a time. Each row's integer sums, block by block in memory order (a
+  // stream the hardware prefetcher follows: visiting the 16 rows a block at a time, 16 short
+  // strides, left four fifths of the time on the first load of each block, perf), computed in
+  // element order and reduced exactly; then, block by block, the float steps of tile() with one
+  // row per lane.
   static void run_rows(const TileJob& job) {
     const int64_t blocks = job.w->cols / 256;
     const int tokens = static_cast<int>(job.t_end - job.t_begin);
+    auto* columns = reinterpret_cast<BlockSums*>(job.work);
     KRow row;
     for (int64_t n0 = job.n_begin; n0 < job.n_end; n0 += kPanelRows) {
       const int nr = static_cast<int>(std::min<int64_t>(kPanelRows, job.n_end - n0));
       const auto rows = weight_rows<Block, kPanelRows>(job, n0);
+      for (int r = 0; r < kPanelRows; ++r) {
+        for (int64_t b = 0; b < blocks; ++b) {
+          BlockSums& c = columns[b];
+          if (r >= nr) {  // lanes past the matrix: zeros, unstored
+            for (int i = 0; i < kTokens; ++i) c.sums[i][r] = c.min_sums[i][r] = 0;
+            c.d[r] = c.dmin[r] = 0.0f;
+            continue;
+          }
+          load_row(rows[r][b], row);
+          c.d[r] = row.d;
+          c.dmin[r] = row.dmin;
+          for (int i = 0; i < tokens; ++i) row_sums(row, job, job.t_begin + i, b, c.sums[i][r], c.min_sums[i][r]);
+        }
+      }
       __m512 acc[kTokens];
       for (auto& a : acc) a = _mm512_setzero_ps();
       for (int64_t b = 0; b < blocks; ++b) {
-        alignas(64) int32_t sums[kTokens][kPanelRows] = {};
-        alignas(64) int32_t min_sums[kTokens][kPanelRows] = {};
-        alignas(64) float d[kPanelRows] = {};
-        alignas(64) float dmin[kPanelRows] = {};
-        for (int r = 0; r < nr; ++r) {
-          prefetch_ahead(rows[r], b);
-          load_row(rows[r][b], row);
-          d[r] = row.d;
-          dmin[r] = row.dmin;
-          for (int i = 0; i < tokens; ++i) row_sums(row, job, job.t_begin + i, b, sums[i][r], min_sums[i][r]);
-        }
+        const BlockSums& c = columns[b];
         for (int i = 0; i < tokens; ++i) {
           const __m512 da = _mm512_set1_ps(job.act->scales(job.t_begin + i)[b]);
-          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(sums[i])), _mm512_mul_ps(_mm512_load_ps(d), da), acc[i]);
+          acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c.sums[i])), _mm512_mul_ps(_mm512_load_ps(c.d), da), acc[i]);
           if constexpr (Format::kHasMin)
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(min_sums[i])),
-                                     _mm512_mul_ps(_mm512_load_ps(dmin), _mm512_set1_ps(-job.act->scales(job.t_begin + i)[b])),
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c.min_sums[i])),
+                                     _mm512_mul_ps(_mm512_load_ps(c.dmin), _mm512_set1_ps(-job.act->scales(job.t_begin + i)[b])),
                                      acc[i]);
         }
       }
