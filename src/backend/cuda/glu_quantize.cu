@@ -36,32 +36,23 @@ __global__ void __launch_bounds__(kThreads) glu_quantize_kernel(GluArgs a) {
   const float* g = a.gate + t * a.gate_stride;
   const float* u = a.up + t * a.up_stride;
   float* y = a.out + t * a.out_stride;
+  // act(gate) * up, four values at a time.
+  const auto gated = [&](int at) {
+    const float4 gv = *reinterpret_cast<const float4*>(g + at), uv = *reinterpret_cast<const float4*>(u + at);
+    return make_float4(glu::gated<kAct>(gv.x, uv.x), glu::gated<kAct>(gv.y, uv.y), glu::gated<kAct>(gv.z, uv.z),
+                       glu::gated<kAct>(gv.w, uv.w));
+  };
   if constexpr (kFormat == ActivationFormat::Q8_K) {
-    const int blocks = a.cols / 256, lane = threadIdx.x % 32;
+    const int blocks = a.cols / 256;
     const int b = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32;
     if (b >= blocks) return;  // warp-uniform: the whole warp quantizes
-    const int at = 256 * b + 8 * lane;
-    const float4 g0 = *reinterpret_cast<const float4*>(g + at), g1 = *reinterpret_cast<const float4*>(g + at + 4);
-    const float4 u0 = *reinterpret_cast<const float4*>(u + at), u1 = *reinterpret_cast<const float4*>(u + at + 4);
-    const float v[8] = {glu::gated<kAct>(g0.x, u0.x), glu::gated<kAct>(g0.y, u0.y), glu::gated<kAct>(g0.z, u0.z),
-                        glu::gated<kAct>(g0.w, u0.w), glu::gated<kAct>(g1.x, u1.x), glu::gated<kAct>(g1.y, u1.y),
-                        glu::gated<kAct>(g1.z, u1.z), glu::gated<kAct>(g1.w, u1.w)};
-    *reinterpret_cast<float4*>(y + at) = make_float4(v[0], v[1], v[2], v[3]);
-    *reinterpret_cast<float4*>(y + at + 4) = make_float4(v[4], v[5], v[6], v[7]);
-    quantize::store_q8_k(quantize::quantize_q8_k(v, lane), a.q, t, b, blocks, lane);
+    quantize::produce_q8_k(gated, y, a.q, t, b, blocks, static_cast<int>(threadIdx.x % 32));
   } else {
-    const int blocks = a.cols / 32, part = threadIdx.x % 8;
+    const int blocks = a.cols / 32;
     const int wanted = static_cast<int>(blockIdx.x) * (kThreads / 8) + static_cast<int>(threadIdx.x) / 8;
-    const int b = min(wanted, blocks - 1);  // past the end: the last block again, unstored (every lane shuffles)
-    const int at = 32 * b + 4 * part;
-    const float4 gv = *reinterpret_cast<const float4*>(g + at), uv = *reinterpret_cast<const float4*>(u + at);
-    const float4 v = make_float4(glu::gated<kAct>(gv.x, uv.x), glu::gated<kAct>(gv.y, uv.y),
-                                 glu::gated<kAct>(gv.z, uv.z), glu::gated<kAct>(gv.w, uv.w));
-    const quantize::Q8Block32 r = quantize::quantize_q8_32(v);
-    if (wanted < blocks) {
-      *reinterpret_cast<float4*>(y + at) = v;
-      quantize::store_q8_32<kFormat == ActivationFormat::Q8_1>(r, a.q, t, b, blocks, part);
-    }
+    quantize::produce_q8_32<kFormat == ActivationFormat::Q8_1>(gated, y, wanted < blocks, a.q, t,
+                                                               min(wanted, blocks - 1),  // past the end: the last block, unstored
+                                                               blocks, static_cast<int>(threadIdx.x % 8));
   }
 }
 

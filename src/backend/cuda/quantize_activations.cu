@@ -28,10 +28,9 @@ __global__ void __launch_bounds__(kThreads) quantize_q8_32(const float* x, size_
   const int64_t item = valid ? wanted : rows * blocks - 1;
   const int64_t t = item / blocks;
   const int b = static_cast<int>(item % blocks);
-  const int part = threadIdx.x % 8;
-  const float4 v = *reinterpret_cast<const float4*>(x + t * x_stride + 32 * b + 4 * part);
-  const quantize::Q8Block32 r = quantize::quantize_q8_32(v);
-  if (valid) quantize::store_q8_32<kWithSums>(r, q, t, b, blocks, part);
+  const float* row = x + t * x_stride;
+  quantize::produce_q8_32<kWithSums>([&](int at) { return *reinterpret_cast<const float4*>(row + at); }, nullptr, valid,
+                                     q, t, b, blocks, static_cast<int>(threadIdx.x % 8));
 }
 
 // One 256-value block per warp.
@@ -43,11 +42,9 @@ __global__ void __launch_bounds__(kThreads) quantize_q8_k(const float* x, size_t
   if (item >= rows * blocks) return;
   const int64_t t = item / blocks;
   const int b = static_cast<int>(item % blocks);
-  const int lane = threadIdx.x % 32;
-  const float* src = x + t * x_stride + 256 * b + 8 * lane;
-  const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
-  const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  quantize::store_q8_k(quantize::quantize_q8_k(v, lane), q, t, b, blocks, lane);
+  const float* row = x + t * x_stride;
+  quantize::produce_q8_k([&](int at) { return *reinterpret_cast<const float4*>(row + at); }, nullptr, q, t, b, blocks,
+                         static_cast<int>(threadIdx.x % 32));
 }
 
 size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }

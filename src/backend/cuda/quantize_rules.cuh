@@ -3,9 +3,9 @@
 // produces (llama.cpp's rules): the same float operations with explicit IEEE rounding
 // (__fdiv_rn, __fmul_rn: no fused or approximate arithmetic), round-half-to-even codes, fp16
 // conversions with round-to-nearest-even. Maxima are exact in any order; integer sums too.
-// Shared by the standalone kernels (quantize_activations.cu), the norm that quantizes its own
-// output (rms_norm_quantize.cu) and the one-token GEMV, which quantizes its row itself
-// (gemv_one_token.cu).
+// Shared by the standalone kernels (quantize_activations.cu), the producers that quantize their
+// own output (rms_norm_quantize.cu, glu_quantize.cu) and the one-token GEMV, which quantizes its
+// row itself (gemv_one_token.cu).
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -102,6 +102,37 @@ __device__ __forceinline__ void store_q8_k(const Q8KBlock& r, const QuantizedAct
   *reinterpret_cast<uint2*>(q.codes + t * q.row_stride + 256 * b + 8 * lane) = r.codes;
   if (lane % 2 == 0) q.group_sums[t * (int64_t{blocks} * 16) + 16 * b + lane / 2] = static_cast<int16_t>(r.pair_sum);
   if (lane == 0) q.scales[t * blocks + b] = r.d;
+}
+
+// A producer's values quantized where they are made, the one loop body of the quantizing
+// producers (quantize_activations.cu: the values as they are; rms_norm_quantize.cu: the
+// normalized row; glu_quantize.cu: act(gate) * up): `values(at)` gives the four values at
+// element `at` of row t; `y`, the producer's own float output row, receives them too unless
+// null. Q8_K: block b by one warp, eight values per lane.
+template <class Values>
+__device__ __forceinline__ void produce_q8_k(const Values& values, float* y, const QuantizedActivations& q, int64_t t,
+                                             int b, int blocks, int lane) {
+  const int at = 256 * b + 8 * lane;
+  const float4 lo = values(at), hi = values(at + 4);
+  if (y != nullptr) {
+    *reinterpret_cast<float4*>(y + at) = lo;
+    *reinterpret_cast<float4*>(y + at + 4) = hi;
+  }
+  const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  store_q8_k(quantize_q8_k(v, lane), q, t, b, blocks, lane);
+}
+// The 32-value formats: block b by eight lanes, four values each. Every lane of the warp must
+// call it (the block's reductions shuffle); lanes with `store` false compute, on a block the
+// caller picked, and store nothing.
+template <bool kWithSums, class Values>
+__device__ __forceinline__ void produce_q8_32(const Values& values, float* y, bool store, const QuantizedActivations& q,
+                                              int64_t t, int b, int blocks, int part) {
+  const int at = 32 * b + 4 * part;
+  const float4 v = values(at);
+  const Q8Block32 r = quantize_q8_32(v);
+  if (!store) return;
+  if (y != nullptr) *reinterpret_cast<float4*>(y + at) = v;
+  store_q8_32<kWithSums>(r, q, t, b, blocks, part);
 }
 
 }  // namespace cellm::cuda::quantize

@@ -36,36 +36,24 @@ __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(NormArgs a)
   const float* xr = a.x + t * a.x_stride;
   float* yr = a.out + t * a.out_stride;
   const float inv = norm::inverse_rms(xr, a.cols, a.eps);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The normalized values, four at a time: (x * inv) * w, each product rounded.
+  const auto normed = [&](int at) {
+    const float4 x = *reinterpret_cast<const float4*>(xr + at), w = *reinterpret_cast<const float4*>(a.weight + at);
+    return make_float4(norm::scaled(x.x, inv, w.x), norm::scaled(x.y, inv, w.y), norm::scaled(x.z, inv, w.z),
+                       norm::scaled(x.w, inv, w.w));
+  };
   if constexpr (kFormat == ActivationFormat::Q8_K) {
     const int blocks = a.cols / 256;
-    for (int b = warp; b < blocks; b += kWarps) {  // warp-uniform: the whole warp quantizes
-      const int at = 256 * b + 8 * lane;
-      const float4 x0 = *reinterpret_cast<const float4*>(xr + at), x1 = *reinterpret_cast<const float4*>(xr + at + 4);
-      const float4 w0 = *reinterpret_cast<const float4*>(a.weight + at);
-      const float4 w1 = *reinterpret_cast<const float4*>(a.weight + at + 4);
-      const float v[8] = {norm::scaled(x0.x, inv, w0.x), norm::scaled(x0.y, inv, w0.y), norm::scaled(x0.z, inv, w0.z),
-                          norm::scaled(x0.w, inv, w0.w), norm::scaled(x1.x, inv, w1.x), norm::scaled(x1.y, inv, w1.y),
-                          norm::scaled(x1.z, inv, w1.z), norm::scaled(x1.w, inv, w1.w)};
-      *reinterpret_cast<float4*>(yr + at) = make_float4(v[0], v[1], v[2], v[3]);
-      *reinterpret_cast<float4*>(yr + at + 4) = make_float4(v[4], v[5], v[6], v[7]);
-      quantize::store_q8_k(quantize::quantize_q8_k(v, lane), a.q, t, b, blocks, lane);
-    }
+    for (int b = static_cast<int>(threadIdx.x) / 32; b < blocks; b += kWarps)  // warp-uniform: the whole warp quantizes
+      quantize::produce_q8_k(normed, yr, a.q, t, b, blocks, static_cast<int>(threadIdx.x % 32));
   } else {
     constexpr int kPerPass = kThreads / 8;  // 32-value blocks per pass, eight lanes each
-    const int blocks = a.cols / 32, part = threadIdx.x % 8;
+    const int blocks = a.cols / 32;
     for (int first = 0; first < blocks; first += kPerPass) {  // block-uniform: every lane shuffles
       const int wanted = first + static_cast<int>(threadIdx.x) / 8;
-      const int b = min(wanted, blocks - 1);  // past the end: the last block again, unstored
-      const int at = 32 * b + 4 * part;
-      const float4 x = *reinterpret_cast<const float4*>(xr + at), w = *reinterpret_cast<const float4*>(a.weight + at);
-      const float4 v = make_float4(norm::scaled(x.x, inv, w.x), norm::scaled(x.y, inv, w.y),
-                                   norm::scaled(x.z, inv, w.z), norm::scaled(x.w, inv, w.w));
-      const quantize::Q8Block32 r = quantize::quantize_q8_32(v);
-      if (wanted < blocks) {
-        *reinterpret_cast<float4*>(yr + at) = v;
-        quantize::store_q8_32<kFormat == ActivationFormat::Q8_1>(r, a.q, t, b, blocks, part);
-      }
+      quantize::produce_q8_32<kFormat == ActivationFormat::Q8_1>(normed, yr, wanted < blocks, a.q, t,
+                                                                 min(wanted, blocks - 1),  // past the end: the last block, unstored
+                                                                 blocks, static_cast<int>(threadIdx.x % 8));
     }
   }
 }
