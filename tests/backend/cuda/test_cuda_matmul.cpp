@@ -300,6 +300,33 @@ TEST(CudaMatmul, MatmulAddIsMatmulThenAdd) {
   }
 }
 
+// The buffers of a fused call (a producer and the product of its output) and of the same calls
+// made apart: each side's intermediate rows (T x K) and product (T x N).
+struct FusedAndApart {
+  FusedAndApart(CudaBackend& gpu, int64_t T, int64_t K, int64_t N)
+      : T(T),
+        K(K),
+        N(N),
+        d_mid(gpu, static_cast<size_t>(T * K) * sizeof(float)),
+        d_mid_apart(gpu, static_cast<size_t>(T * K) * sizeof(float)),
+        d_out(gpu, static_cast<size_t>(T * N) * sizeof(float)),
+        d_out_apart(gpu, static_cast<size_t>(T * N) * sizeof(float)) {}
+  TensorRef mid() { return Rows::device_ref(d_mid, T, K); }
+  TensorRef mid_apart() { return Rows::device_ref(d_mid_apart, T, K); }
+  TensorRef out() { return Rows::device_ref(d_out, T, N); }
+  TensorRef out_apart() { return Rows::device_ref(d_out_apart, T, N); }
+  // Expects both sides' bits equal; the fused side's intermediate rows and product.
+  std::pair<std::vector<float>, std::vector<float>> expect_same(const std::string& what) {
+    auto mid = d_mid.download<float>(static_cast<size_t>(T * K));
+    auto out = d_out.download<float>(static_cast<size_t>(T * N));
+    EXPECT_EQ(identical(mid, d_mid_apart.download<float>(static_cast<size_t>(T * K))), mid.size()) << what;
+    EXPECT_EQ(identical(out, d_out_apart.download<float>(static_cast<size_t>(T * N))), out.size()) << what;
+    return {std::move(mid), std::move(out)};
+  }
+  int64_t T, K, N;
+  DeviceBuffer d_mid, d_mid_apart, d_out, d_out_apart;
+};
+
 // rms_norm_matmul (a whole-row norm and the product of its output; where the product would
 // quantize its activations in a launch of their own, the norm's kernel does it) gives the bits
 // of rms_norm then matmul, for the normalized rows and the product, and the CPU's. K = 4096 is
@@ -318,22 +345,13 @@ TEST(CudaMatmul, RmsNormMatmulIsRmsNormThenMatmul) {
       for (int64_t T : {1, 3}) {
         const Rows x = random_rows(T, K, static_cast<uint32_t>(600 + T), 3.0f);
         DeviceBuffer d_x(gpu, x.values);
-        DeviceBuffer d_normed(gpu, static_cast<size_t>(T * K) * sizeof(float));
-        DeviceBuffer d_normed_apart(gpu, static_cast<size_t>(T * K) * sizeof(float));
-        DeviceBuffer d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
-        DeviceBuffer d_out_apart(gpu, static_cast<size_t>(T * N) * sizeof(float));
         const TensorRef gx = Rows::device_ref(d_x, T, K);
-        const TensorRef normed = Rows::device_ref(d_normed, T, K), normed_apart = Rows::device_ref(d_normed_apart, T, K);
-        const TensorRef out = Rows::device_ref(d_out, T, N), out_apart = Rows::device_ref(d_out_apart, T, N);
-        gpu.rms_norm_matmul(gx, nw, 1e-5f, normed, placed, nullptr, out);
-        gpu.rms_norm(gx, nw, static_cast<int32_t>(K), 1e-5f, normed_apart);
-        gpu.matmul(normed_apart, placed, nullptr, out_apart);
+        FusedAndApart calls(gpu, T, K, N);
+        gpu.rms_norm_matmul(gx, nw, 1e-5f, calls.mid(), placed, nullptr, calls.out());
+        gpu.rms_norm(gx, nw, static_cast<int32_t>(K), 1e-5f, calls.mid_apart());
+        gpu.matmul(calls.mid_apart(), placed, nullptr, calls.out_apart());
         const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" + std::to_string(T);
-        const auto got_normed = d_normed.download<float>(static_cast<size_t>(T * K));
-        EXPECT_EQ(identical(got_normed, d_normed_apart.download<float>(static_cast<size_t>(T * K))), got_normed.size())
-            << what;
-        const auto got = d_out.download<float>(static_cast<size_t>(T * N));
-        EXPECT_EQ(identical(got, d_out_apart.download<float>(static_cast<size_t>(T * N))), got.size()) << what;
+        const auto [got_normed, got] = calls.expect_same(what);
         Rows cpu_normed(T, K), cpu_out(T, N);
         cpu_backend().rms_norm_matmul(x.host_ref(), norm_weight.values.data(), 1e-5f, cpu_normed.host_ref(), w.ref(),
                                       nullptr, cpu_out.host_ref());
@@ -365,28 +383,19 @@ TEST(CudaMatmul, GluMatmulIsGluThenMatmul) {
             const Rows up = random_rows(T, K, static_cast<uint32_t>(800 + T), 2.0f);
             const Rows residual = random_rows(T, N, static_cast<uint32_t>(900 + T), 4.0f);
             DeviceBuffer d_gate(gpu, gate.values), d_up(gpu, up.values), d_res(gpu, residual.values);
-            DeviceBuffer d_glu(gpu, static_cast<size_t>(T * K) * sizeof(float));
-            DeviceBuffer d_glu_apart(gpu, static_cast<size_t>(T * K) * sizeof(float));
-            DeviceBuffer d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
-            DeviceBuffer d_out_apart(gpu, static_cast<size_t>(T * N) * sizeof(float));
             const TensorRef g = Rows::device_ref(d_gate, T, K), u = Rows::device_ref(d_up, T, K);
             const TensorRef res = Rows::device_ref(d_res, T, N);
-            const TensorRef glu = Rows::device_ref(d_glu, T, K), glu_apart = Rows::device_ref(d_glu_apart, T, K);
-            const TensorRef out = Rows::device_ref(d_out, T, N), out_apart = Rows::device_ref(d_out_apart, T, N);
-            gpu.glu_matmul(g, u, act, glu, placed, nullptr, adds ? &res : nullptr, out);
-            gpu.glu(g, u, act, glu_apart);
+            FusedAndApart calls(gpu, T, K, N);
+            gpu.glu_matmul(g, u, act, calls.mid(), placed, nullptr, adds ? &res : nullptr, calls.out());
+            gpu.glu(g, u, act, calls.mid_apart());
             if (adds)
-              gpu.matmul_add(glu_apart, placed, res, out_apart);
+              gpu.matmul_add(calls.mid_apart(), placed, res, calls.out_apart());
             else
-              gpu.matmul(glu_apart, placed, nullptr, out_apart);
+              gpu.matmul(calls.mid_apart(), placed, nullptr, calls.out_apart());
             const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" +
                                      std::to_string(T) + (adds ? " +residual" : "") +
                                      (act == backend::GluActivation::Silu ? " silu" : " gelu");
-            const auto got_glu = d_glu.download<float>(static_cast<size_t>(T * K));
-            EXPECT_EQ(identical(got_glu, d_glu_apart.download<float>(static_cast<size_t>(T * K))), got_glu.size())
-                << what;
-            const auto got = d_out.download<float>(static_cast<size_t>(T * N));
-            EXPECT_EQ(identical(got, d_out_apart.download<float>(static_cast<size_t>(T * N))), got.size()) << what;
+            const auto got = calls.expect_same(what).second;
             if (cpu_runs_avx512()) {
               Rows cpu_glu(T, K), cpu_out(T, N);
               const TensorRef cpu_res = residual.host_ref();
