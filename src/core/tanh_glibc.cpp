@@ -7,17 +7,20 @@
 #include <immintrin.h>
 #endif
 
+#include "core/fdlibm_expm1f.h"
+
 namespace cellm {
 namespace {
 
 #if defined(__x86_64__)
 #define CELLM_AVX512 __attribute__((target("avx512f")))
 
-// The operations below are glibc's, one IEEE operation each; this file is compiled with
-// -ffp-contract=off so that no multiply and add are fused into one rounding.
 // Every lane. (The unmasked forms of a few conversions and shifts start from an undefined
 // vector, which GCC 12 reports as maybe uninitialized.)
 constexpr __mmask16 kAll = 0xffff;
+
+// The operations below are glibc's, one IEEE operation each; this file is compiled with
+// -ffp-contract=off so that no multiply and add are fused into one rounding.
 CELLM_AVX512 inline __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 CELLM_AVX512 inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 CELLM_AVX512 inline __m512 sub(__m512 a, __m512 b) { return _mm512_sub_ps(a, b); }
@@ -26,9 +29,9 @@ CELLM_AVX512 inline __m512 bits(__m512i i) { return _mm512_castsi512_ps(i); }
 
 // fdlibm's expm1f for sixteen finite arguments with 2^-54 < |x| < 44 (what tanhf passes it).
 CELLM_AVX512 __m512 expm1_16(__m512 x) {
-  const __m512 kLn2Hi = set(6.9313812256e-01f), kLn2Lo = set(9.0580006145e-06f), kInvLn2 = set(1.4426950216e+00f);
-  const __m512 kQ1 = set(-3.3333335072e-02f), kQ2 = set(1.5873016091e-03f), kQ3 = set(-7.9365076090e-05f),
-               kQ4 = set(4.0082177293e-06f), kQ5 = set(-2.0109921195e-07f);
+  namespace fd = fdlibm::expm1f;
+  const __m512 kLn2Hi = set(fd::kLn2Hi), kLn2Lo = set(fd::kLn2Lo), kInvLn2 = set(fd::kInvLn2);
+  const __m512 kQ1 = set(fd::kQ1), kQ2 = set(fd::kQ2), kQ3 = set(fd::kQ3), kQ4 = set(fd::kQ4), kQ5 = set(fd::kQ5);
   const __m512i raw = _mm512_castps_si512(x);
   const __m512i hx = _mm512_and_si512(raw, _mm512_set1_epi32(0x7fffffff));
   const __mmask16 negative = _mm512_cmplt_epi32_mask(raw, _mm512_setzero_si512());
@@ -45,7 +48,7 @@ CELLM_AVX512 __m512 expm1_16(__m512 x) {
   __m512 hi = sub(x, mul(t_k, kLn2Hi));
   __m512 lo = mul(t_k, kLn2Lo);
   hi = _mm512_mask_blend_ps(near, hi, _mm512_mask_blend_ps(negative, sub(x, kLn2Hi), add(x, kLn2Hi)));
-  lo = _mm512_mask_blend_ps(near, lo, _mm512_mask_blend_ps(negative, kLn2Lo, set(-9.0580006145e-06f)));
+  lo = _mm512_mask_blend_ps(near, lo, _mm512_mask_blend_ps(negative, kLn2Lo, set(-fd::kLn2Lo)));
   const __m512 xr = sub(hi, lo);
   const __m512 c_reduced = sub(sub(hi, xr), lo);
   const __m512 xx = _mm512_mask_blend_ps(reduced, x, xr);

@@ -11,6 +11,7 @@
 //  - tanhf: sysdeps/ieee754/flt-32/s_tanhf.c over s_expm1f.c (fdlibm), all in float.
 #include <cstdint>
 
+#include "core/fdlibm_expm1f.h"
 #include "core/glibc_exp2f_table.h"
 
 namespace cellm::cuda::libm {
@@ -44,9 +45,7 @@ __device__ __forceinline__ float expf_glibc(float x) {
 
 // fdlibm's expm1f for the arguments tanhf gives it (|x| < 44, finite).
 __device__ __forceinline__ float expm1f_fdlibm(float x) {
-  constexpr float kLn2Hi = 6.9313812256e-01f, kLn2Lo = 9.0580006145e-06f, kInvLn2 = 1.4426950216e+00f;
-  constexpr float kQ1 = -3.3333335072e-02f, kQ2 = 1.5873016091e-03f, kQ3 = -7.9365076090e-05f,
-                  kQ4 = 4.0082177293e-06f, kQ5 = -2.0109921195e-07f;
+  using namespace fdlibm::expm1f;
   const uint32_t bits = __float_as_uint(x);
   const bool negative = (bits >> 31) != 0;
   const uint32_t hx = bits & 0x7fffffffu;
