@@ -183,6 +183,18 @@ __device__ __forceinline__ Outputs outputs_of(int hd) {
   return m;
 }
 
+// Calls f(slot, c, head, column) for each (head, column) output the thread owns (o[slot][c]).
+template <int kHeadSlots, int kCols, class F>
+__device__ __forceinline__ void for_each_owned(const Outputs& m, int heads, F&& f) {
+#pragma unroll
+  for (int k = 0; k < kHeadSlots; ++k) {
+    if (!m.owns(k, heads)) continue;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+      if (c < m.cols) f(k, c, m.head(k), m.col + c * kThreads);
+  }
+}
+
 // Head slots and columns a thread needs for `heads` heads of head_dim (Outputs).
 __host__ __device__ constexpr int head_slots(int heads, int hd) {
   const int step = hd <= kThreads ? kThreads / hd : 1;
@@ -355,14 +367,9 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, co
     __syncthreads();
   }
   float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
-#pragma unroll
-  for (int k = 0; k < kHeadSlots; ++k) {
-    if (!m.owns(k, p.heads)) continue;
-    const int h = m.head(k);
-#pragma unroll
-    for (int c = 0; c < kCols; ++c)
-      if (c < m.cols) out_row[h * hd + m.col + c * kThreads] = started ? __fdiv_rn(acc[k][c], s.sum[h]) : 0.0f;
-  }
+  for_each_owned<kHeadSlots, kCols>(m, p.heads, [&](int k, int c, int h, int col) {
+    out_row[h * hd + col] = started ? __fdiv_rn(acc[k][c], s.sum[h]) : 0.0f;
+  });
 }
 
 // The workspace slot of (row t, head, chunk): o_c [hd], then m_c and l_c.
@@ -441,42 +448,30 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
       }
       s.sum[h] = l;
     }
+    for_each_owned<kHeadSlots, kCols>(m, heads, [&](int k, int c, int h, int col) {
+      float v = o[k][c];
+      const float* base = slot_of(a, p.t, p.h0 + h, c0) + col;
+      for (int i = 0; i < n; i += kFoldLoads) {
+        float oc[kFoldLoads];
 #pragma unroll
-    for (int k = 0; k < kHeadSlots; ++k) {
-      if (!m.owns(k, heads)) continue;
-      const int h = m.head(k);
+        for (int u = 0; u < kFoldLoads; ++u)  // past n: the batch's last chunk again, unused
+          oc[u] = __ldcg(base + static_cast<size_t>(min(i + u, n - 1)) * (hd + 2));
 #pragma unroll
-      for (int c = 0; c < kCols; ++c) {
-        if (c >= m.cols) continue;
-        float v = o[k][c];
-        const float* base = slot_of(a, p.t, p.h0 + h, c0) + m.col + c * kThreads;
-        for (int i = 0; i < n; i += kFoldLoads) {
-          float oc[kFoldLoads];
-#pragma unroll
-          for (int u = 0; u < kFoldLoads; ++u)  // past n: the batch's last chunk again, unused
-            oc[u] = __ldcg(base + static_cast<size_t>(min(i + u, n - 1)) * (hd + 2));
-#pragma unroll
-          for (int u = 0; u < kFoldLoads; ++u) {
-            if (i + u >= n) break;
-            const float fac = fa[h * kFoldBatch + i + u];
-            if (fac == kFirstChunk) v = oc[u];
-            else if (fac != kSkipChunk) v = FoldStep{fac, fb[h * kFoldBatch + i + u], 0.0f}(v, oc[u]);
-          }
+        for (int u = 0; u < kFoldLoads; ++u) {
+          if (i + u >= n) break;
+          const float fac = fa[h * kFoldBatch + i + u];
+          if (fac == kFirstChunk) v = oc[u];
+          else if (fac != kSkipChunk) v = FoldStep{fac, fb[h * kFoldBatch + i + u], 0.0f}(v, oc[u]);
         }
-        o[k][c] = v;
       }
-    }
+      o[k][c] = v;
+    });
     __syncthreads();  // the factors are rewritten by the next batch; s.sum is complete
   }
   float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
-#pragma unroll
-  for (int k = 0; k < kHeadSlots; ++k) {
-    if (!m.owns(k, heads)) continue;
-    const int h = m.head(k);
-#pragma unroll
-    for (int c = 0; c < kCols; ++c)
-      if (c < m.cols) out_row[h * hd + m.col + c * kThreads] = s.sum[h] != 0.0f ? __fdiv_rn(o[k][c], s.sum[h]) : 0.0f;
-  }
+  for_each_owned<kHeadSlots, kCols>(m, heads, [&](int k, int c, int h, int col) {
+    out_row[h * hd + col] = s.sum[h] != 0.0f ? __fdiv_rn(o[k][c], s.sum[h]) : 0.0f;
+  });
 }
 
 // kHeadSlots >= head_slots(heads_per_block, head_dim), kCols == column_count(head_dim).
@@ -512,16 +507,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
       slot[hd] = any ? s.chunk_max[h] : 0.0f;
       slot[hd + 1] = any ? s.chunk_sum[h] : 0.0f;  // 0: an empty chunk (a visible one has l_c >= 1)
     }
-    if (any) {
-#pragma unroll
-      for (int k = 0; k < kHeadSlots; ++k) {
-        if (!m.owns(k, p.heads)) continue;
-        float* slot = slot_of(a, p.t, p.h0 + m.head(k), chunk);
-#pragma unroll
-        for (int c = 0; c < kCols; ++c)
-          if (c < m.cols) slot[m.col + c * kThreads] = o[k][c];
-      }
-    }
+    if (any)
+      for_each_owned<kHeadSlots, kCols>(
+          m, p.heads, [&](int k, int c, int h, int col) { slot_of(a, p.t, p.h0 + h, chunk)[col] = o[k][c]; });
     __syncthreads();  // chunk_max/chunk_sum are rewritten by the next chunk
   }
   // The last of the row's split blocks to finish folds every chunk (one launch, no fold kernel):
