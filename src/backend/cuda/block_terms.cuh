@@ -3,6 +3,10 @@
 // (gemv_one_token.cu): the block's exact integer dot product and the float operands that the
 // contract (matmul_kernels.h) folds into the output, as a float4 {x, y, z, w}:
 //   acc = fma(x, y, acc), then for the formats with a min term acc = fma(z, w, acc).
+// A block's activations are loaded apart from its terms (load_activations, then terms), so the
+// kernel asks for them before it waits for the weights: loaded where they are used, every dot
+// product step waited on its loads (ncu: most of the kernel's stalls, a warp issuing an
+// instruction every ~17 cycles).
 // The operands are the ones gemv.cu's split-block lanes produce (float(isum), d_w * d_a, ...),
 // so both kernels give the CPU's bits. The integer sums are exact, so they may be formed in any
 // order; this file forms them with few instructions:
@@ -89,10 +93,22 @@ template <DType kT>
 struct Block32Terms : Block32<kT> {
   using Block32<kT>::kHasMin;
 
-  __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
-    int a[8];
-    load_codes32(act.codes + 32 * b, a);
-    const float da = act.scales[b];
+  // Block b's activations: its 32 codes, scale and (Q4_1, Q5_1) sum.
+  struct Activations {
+    int codes[8];
+    float scale, sum;
+  };
+  __device__ static Activations load_activations(const TokenActivations& act, int b) {
+    Activations x;
+    load_codes32(act.codes + 32 * b, x.codes);
+    x.scale = act.scales[b];
+    x.sum = kHasMin ? act.sums[b] : 0.0f;
+    return x;
+  }
+
+  __device__ static float4 terms(const uint8_t* block, const Activations& x) {
+    const int(&a)[8] = x.codes;
+    const float da = x.scale;
     int isum;
     float dw, m = 0.0f, sa = 0.0f;
     if constexpr (kT == DType::Q8_0) {
@@ -122,7 +138,7 @@ struct Block32Terms : Block32<kT> {
       dw = half_at(block);
       isum = nibble_block_dot<kQh>(q, kQh ? words[0] : 0u, a) - (kQh ? 16 : 8) * code_sum32(a);
     }
-    if constexpr (kHasMin) sa = act.sums[b];
+    if constexpr (kHasMin) sa = x.sum;
     return make_float4(small_int_to_float(isum), __fmul_rn(dw, da), m, sa);
   }
 };
@@ -132,10 +148,26 @@ struct Block32Terms : Block32<kT> {
 
 __device__ __forceinline__ int byte_of(uint32_t w, int i) { return static_cast<int>((w >> (8 * i)) & 0xffu); }
 
+// Super-block b's Q8_K activations: 256 codes, 16 group sums (int16 pairs), the scale.
+struct KActivations {
+  int4 codes[16];
+  int4 groups[2];
+  float scale;
+};
+__device__ __forceinline__ KActivations load_k_activations(const TokenActivations& act, int b) {
+  KActivations x;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x.codes[i] = reinterpret_cast<const int4*>(act.codes + 256 * b)[i];
+  x.groups[0] = reinterpret_cast<const int4*>(act.group_sums + 16 * b)[0];
+  x.groups[1] = reinterpret_cast<const int4*>(act.group_sums + 16 * b)[1];
+  x.scale = act.scales[b];
+  return x;
+}
+
 // sum over the 8 sub-blocks s of mins[s] * (group sum 2s + group sum 2s + 1): the group sums
 // come as int16 pairs, one word per sub-block; dp2a multiplies a pair by two bytes.
-__device__ __forceinline__ int k_min_sum(const KScaleWords& k, const int16_t* groups) {
-  const int4 g0 = reinterpret_cast<const int4*>(groups)[0], g1 = reinterpret_cast<const int4*>(groups)[1];
+__device__ __forceinline__ int k_min_sum(const KScaleWords& k, const int4 (&group_words)[2]) {
+  const int4 g0 = group_words[0], g1 = group_words[1];
   const int g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
   int sum = 0;
 #pragma unroll
@@ -153,7 +185,15 @@ template <bool kFifthBit>
 struct KAsymmetricTerms : KAsymmetric<kFifthBit> {  // Q4_K, Q5_K
   using KAsymmetric<kFifthBit>::kQs;
 
-  __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
+  using Activations = KActivations;
+  __device__ static Activations load_activations(const TokenActivations& act, int b) {
+    return load_k_activations(act, b);
+  }
+
+  __device__ static float4 terms(const uint8_t* block, const Activations& x) {
+    const int4(&codes)[16] = x.codes;
+    const int4(&group_words)[2] = x.groups;
+    const float da = x.scale;
     const uint4 head = load16(block);  // d, dmin, 12 bytes of scales
     uint4 qs[8], qh[2] = {};
 #pragma unroll
@@ -161,13 +201,12 @@ struct KAsymmetricTerms : KAsymmetric<kFifthBit> {  // Q4_K, Q5_K
     if constexpr (kFifthBit) qh[0] = load16(block + 16), qh[1] = load16(block + 32);
     const uint32_t high_bits[8] = {qh[0].x, qh[0].y, qh[0].z, qh[0].w, qh[1].x, qh[1].y, qh[1].z, qh[1].w};
     const KScaleWords k = k_scale_words(head.y, head.z, head.w);
-    const int8_t* codes = act.codes + 256 * b;
     int isum = 0;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {  // qs[32c .. 32c+32): sub-blocks 2c (low nibbles) and 2c+1
-      int a_lo[8], a_hi[8];
-      load_codes32(codes + 64 * c, a_lo);
-      load_codes32(codes + 64 * c + 32, a_hi);
+      const int4 l0 = codes[4 * c], l1 = codes[4 * c + 1], h0 = codes[4 * c + 2], h1 = codes[4 * c + 3];
+      const int a_lo[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+      const int a_hi[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
       const uint32_t q[8] = {qs[2 * c].x, qs[2 * c].y, qs[2 * c].z, qs[2 * c].w,
                              qs[2 * c + 1].x, qs[2 * c + 1].y, qs[2 * c + 1].z, qs[2 * c + 1].w};
       int lo = 0, hi = 0;
@@ -186,8 +225,7 @@ struct KAsymmetricTerms : KAsymmetric<kFifthBit> {  // Q4_K, Q5_K
       const uint32_t sc = c < 2 ? k.scales_lo : k.scales_hi;
       isum += byte_of(sc, 2 * (c & 1)) * lo + byte_of(sc, 2 * (c & 1) + 1) * hi;
     }
-    const int msum = k_min_sum(k, act.group_sums + 16 * b);
-    const float da = act.scales[b];
+    const int msum = k_min_sum(k, group_words);
     return make_float4(__int2float_rn(isum), __fmul_rn(half_bits(head.x), da), __int2float_rn(msum),
                        __fmul_rn(half_bits(head.x >> 16), -da));
   }
@@ -198,9 +236,16 @@ struct KAsymmetricTerms : KAsymmetric<kFifthBit> {  // Q4_K, Q5_K
 // 2k, 2k+1 of qh[32h + l] above it, minus 32; its scale is scales[8h + 2k + l / 16].
 struct Q6KTerms : KQ6 {
 
-  __device__ static float4 terms(const uint8_t* block, const TokenActivations& act, int b) {
-    const int8_t* codes = act.codes + 256 * b;
-    const int16_t* groups = act.group_sums + 16 * b;
+  using Activations = KActivations;
+  __device__ static Activations load_activations(const TokenActivations& act, int b) {
+    return load_k_activations(act, b);
+  }
+
+  __device__ static float4 terms(const uint8_t* block, const Activations& x) {
+    const int4(&codes)[16] = x.codes;
+    const int4 g0 = x.groups[0], g1 = x.groups[1];
+    const int group_pairs[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};  // int16 pairs
+    const float da = x.scale;
     uint32_t sc_words[4];
     load_words_align2(block + 192, sc_words);
     int isum = 0;
@@ -213,9 +258,9 @@ struct Q6KTerms : KQ6 {
       for (int k = 0; k < 4; ++k) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {  // l in [16 half, 16 half + 16): one scale group
-          int a[4];
-          const int4 v = *reinterpret_cast<const int4*>(codes + 128 * h + 32 * k + 16 * half);
-          a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+          const int g = 8 * h + 2 * k + half;  // codes 16 g .. 16 g + 15
+          const int4 v = codes[g];
+          const int a[4] = {v.x, v.y, v.z, v.w};
           int dot = 0;
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
@@ -225,13 +270,12 @@ struct Q6KTerms : KQ6 {
             const uint32_t q = low | (((qh[word] >> (2 * k)) & 0x03030303u) << 4);
             dot = dp4a_us(q, a[i], dot);
           }
-          const int g = 8 * h + 2 * k + half;
           const int scale = static_cast<int8_t>(sc_words[g / 4] >> (8 * (g % 4)));
-          isum += scale * (dot - 32 * groups[g]);
+          const int group_sum = static_cast<int16_t>(group_pairs[g / 2] >> (16 * (g % 2)));
+          isum += scale * (dot - 32 * group_sum);
         }
       }
     }
-    const float da = act.scales[b];
     return make_float4(__int2float_rn(isum), __fmul_rn(half_at(block + 208), da), 0.0f, 0.0f);
   }
 };

@@ -2,6 +2,8 @@
 // Device helpers shared by the exact matmul kernels (gemv.cu, gemm_exact.cu).
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace cellm::cuda::exact {
 
 // 16 bytes global -> shared without passing through registers (both 16-byte aligned).
@@ -15,6 +17,51 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Hopper's bulk copies (one instruction moves a whole contiguous run, the copy engine does the
+// addressing) complete on an mbarrier in shared memory; a thread waits on the barrier's phase.
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// A barrier that completes a phase once one thread has arrived and the bytes it announced landed.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(shared_address(bar)) : "memory");
+}
+// Makes initialized barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// This thread's arrival for the current phase, which then also waits for `bytes` of copies.
+__device__ __forceinline__ void mbarrier_arrive_expect(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+// Returns once the phase with parity `parity` (0 for the first, 1 for the second, ...) completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(shared_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared, counted on bar.
+__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   shared_address(smem)),
+               "l"(gmem), "r"(bytes), "r"(shared_address(bar))
+               : "memory");
+}
+// Orders this thread's earlier shared-memory reads before copies issued after it into the
+// same bytes (the copy engine is another proxy).
+__device__ __forceinline__ void fence_before_bulk_copy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#endif
 
 // |v| < 2^22 as a float, exactly, without the slow integer conversion: a 32-element block's
 // integer sum is at most 32 * 128 * 127 in magnitude.

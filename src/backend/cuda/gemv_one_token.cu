@@ -8,11 +8,14 @@
 //    of each row; lane (j, r) = (lane / kRows, lane % kRows) does row r's blocks
 //    p * kSpan + u * kLanesPerRow + j, u < kUnits. Small matrices so still fill the device
 //    (llama3-8b's 4096 x 4096 is 512 groups), large ones loop over groups;
-//  - a pass's kRows row segments are copied to shared memory with 16-byte cp.async, one item
-//    ahead (two stages per warp), as contiguous chunks: a warp's load instruction reads whole
-//    lines. The quantized activations come from global memory (L1-resident) or, for a row the
-//    kernel quantizes itself (kQuantizes: a prologue while the first weights are on their way),
-//    from shared memory; the lanes of one j read the same address;
+//  - a pass's kRows row segments are copied to shared memory kStages - 1 items ahead (kStages
+//    stages per warp): on Hopper one bulk copy per row segment, issued by one lane and counted
+//    on the stage's mbarrier (16-byte cp.async by every lane cost ~100 instructions of
+//    addressing per lane and item); elsewhere 16-byte cp.async of whole lines. The quantized
+//    activations come from global memory (L1-resident) or, for a row the kernel quantizes
+//    itself (kQuantizes: a prologue while the first weights are on their way), from shared
+//    memory; the lanes of one j read the same address. A lane asks for its blocks'
+//    activations before it waits for the weights (block_terms.cuh);
 //  - every lane writes its blocks' float operands to shared memory; after the round's barrier,
 //    warp 0 folds them in block order: the k-quants one chain per row, the 32-element formats
 //    four (block b to chain b % 4, lane (b % 4, r)), closed by (acc0 + acc1) + (acc2 + acc3).
@@ -33,6 +36,9 @@ using exact::one_lane::TokenActivations;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
+// Weight stages per warp. More stages mean fewer blocks per SM (shared memory): measured on
+// llama3-8b Q4_K batch 1, 3 and 4 stages ran slower than 2 (386.9 -> 370.3 and 364.9 tok/s).
+constexpr int kStages = 2;
 constexpr int kLanesPerRow = 4;  // the 32-element formats' four chains live in four lanes
 constexpr int kRows = 32 / kLanesPerRow;
 
@@ -48,7 +54,11 @@ struct Staging {
   static constexpr int kStageBytes = kRows * kSegmentBytes + 16;  // slack for the word readers
   // A round: each warp one pass of the same rows; its operands per row, an odd count apart.
   static constexpr int kRoundStride = (kWarps * kSpan) | 1;
-  static constexpr int kSharedBytes = 2 * kWarps * kStageBytes + 2 * kRows * kRoundStride * 16;
+  // Shared memory: each warp's stage barriers, its stages, the operands of two rounds, then
+  // (kQuantizes) the quantized activation row.
+  static constexpr int kStagesOffset = (kStages * kWarps * 8 + 15) / 16 * 16;
+  static constexpr int kOperandsOffset = kStagesOffset + kStages * kWarps * kStageBytes;
+  static constexpr int kSharedBytes = kOperandsOffset + 2 * kRows * kRoundStride * 16;
 };
 
 struct OneTokenArgs {
@@ -139,12 +149,13 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
   extern __shared__ __align__(16) uint8_t shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int j = lane / kRows, r = lane % kRows;
-  uint8_t* stages = shared + warp * 2 * S::kStageBytes;
-  float4* operands = reinterpret_cast<float4*>(shared + kWarps * 2 * S::kStageBytes);  // [2][kRows][kRoundStride]
+  uint8_t* stages = shared + S::kStagesOffset + warp * kStages * S::kStageBytes;
+  float4* operands = reinterpret_cast<float4*>(shared + S::kOperandsOffset);  // [2][kRows][kRoundStride]
   const int passes = (a.blocks + S::kSpan - 1) / S::kSpan;
   const int rounds = (passes + kWarps - 1) / kWarps;
-  const int64_t groups = (a.n + kRows - 1) / kRows;
-  const int64_t items = (groups - blockIdx.x + gridDim.x - 1) / gridDim.x * rounds;  // this block's (group, round)s
+  const int groups = static_cast<int>((a.n + kRows - 1) / kRows);
+  const int items = (groups - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                    static_cast<int>(gridDim.x) * rounds;  // this block's (group, round)s
 
   // Item i: group blockIdx.x + (i / rounds) * gridDim.x, round i % rounds; this warp's pass of
   // it is kWarps * round + warp.
@@ -153,22 +164,49 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
     int64_t row0;  // the group's first row
     int rows;      // of the group (fewer than kRows only at the end)
   };
-  auto item_at = [&](int64_t i) {
+  auto item_at = [&](int i) {
     Item it;
-    it.round = static_cast<int>(i % rounds);
+    it.round = i % rounds;
     it.pass = it.round * kWarps + warp;
-    it.row0 = (blockIdx.x + (i / rounds) * gridDim.x) * kRows;
+    it.row0 = (static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(i / rounds) * gridDim.x) * kRows;
     it.rows = static_cast<int>(min(static_cast<int64_t>(kRows), a.n - it.row0));
     return it;
   };
-  // Item i's segments go to stage i % 2: chunk c of the warp's copy is chunk c % kChunks of row
-  // c / kChunks, from the segment's first block rounded down to 16 bytes.
-  auto issue_copy = [&](int64_t i) {
+  // Item i's segments go to stage i % kStages: row rr's kChunks 16-byte chunks from the segment's
+  // first block rounded down to 16 bytes (fewer at the row's end) to stage + rr * kSegmentBytes.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // One bulk copy per row, issued by lane rr, counted on the stage's barrier; lane 0 arrives
+  // once per item (with no bytes for an item without a pass), so item i completes phase
+  // i / kStages of its stage's barrier.
+  auto* barriers = reinterpret_cast<uint64_t*>(shared) + kStages * warp;
+  if (lane == 0) {
+    for (int st = 0; st < kStages; ++st) exact::mbarrier_init(barriers + st);
+    exact::mbarrier_init_fence();
+  }
+  __syncwarp();
+  auto issue_copy = [&](int i) {
+    const Item it = item_at(i);
+    const bool copies = i < items && it.pass < passes;
+    const size_t first_chunk = static_cast<size_t>(it.pass) * S::kSpan * F::kBlockBytes / 16;
+    const size_t chunks = copies ? min(static_cast<size_t>(S::kChunks), a.row_chunks - first_chunk) : 0;
+    const unsigned bytes = 16u * static_cast<unsigned>(chunks);
+    if (lane == 0) exact::mbarrier_arrive_expect(barriers + i % kStages, bytes * static_cast<unsigned>(it.rows));
+    __syncwarp();
+    if (copies && lane < it.rows) {
+      exact::fence_before_bulk_copy();
+      exact::bulk_copy(stages + i % kStages * S::kStageBytes + lane * S::kSegmentBytes,
+                       a.w + static_cast<size_t>(it.row0 + lane) * a.w_stride + 16 * first_chunk, bytes,
+                       barriers + i % kStages);
+    }
+  };
+  auto wait_copy = [&](int i) { exact::mbarrier_wait(barriers + i % kStages, (i / kStages) & 1); };
+#else
+  // 16-byte asynchronous copies by every lane, one commit group per item.
+  auto issue_copy = [&](int i) {
     const Item it = item_at(i);
     const int p = it.pass, rows = it.rows;
-    const int64_t row0 = it.row0;
     if (i < items && p < passes) {
-      uint8_t* stage = stages + (i & 1) * S::kStageBytes;
+      uint8_t* stage = stages + i % kStages * S::kStageBytes;
       const size_t first_chunk = static_cast<size_t>(p) * S::kSpan * F::kBlockBytes / 16;
 #pragma unroll
       for (int k = 0; k < (kRows * S::kChunks + 31) / 32; ++k) {
@@ -176,36 +214,52 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
         const int rr = c / S::kChunks, chunk = c % S::kChunks;
         if (c < kRows * S::kChunks && rr < rows && first_chunk + chunk < a.row_chunks)
           exact::cp_async16(stage + rr * S::kSegmentBytes + 16 * chunk,
-                            a.w + static_cast<size_t>(row0 + rr) * a.w_stride + 16 * (first_chunk + chunk));
+                            a.w + static_cast<size_t>(it.row0 + rr) * a.w_stride + 16 * (first_chunk + chunk));
       }
     }
     exact::cp_async_commit();  // possibly empty: one group per item
   };
+  auto wait_copy = [&](int) {
+    exact::cp_async_wait<kStages - 1>();
+    __syncwarp();
+  };
+#endif
   // The first weights are on their way while the kernel ahead is finishing (weights are read
   // before wait_for_inputs: no kernel writes them) and while the row is quantized.
-  issue_copy(0);
+  for (int i = 0; i < kStages - 1; ++i) issue_copy(i);
   wait_for_inputs();
   TokenActivations act = a.act;
-  if constexpr (kQuantizes)
-    act = quantize_row<F>(a, shared + kWarps * 2 * S::kStageBytes + 2 * kRows * S::kRoundStride * sizeof(float4));
+  if constexpr (kQuantizes) act = quantize_row<F>(a, shared + S::kSharedBytes);
 
   float acc = 0.0f;  // warp 0: the fold's accumulator of row lane % kRows (chain lane / kRows)
-  for (int64_t i = 0; i < items; ++i) {
+  float bias = 0.0f;  // warp 0, lanes j == 0: the bias of row r of the current group
+  for (int i = 0; i < items; ++i) {
     const Item it = item_at(i);
     const int round = it.round, p = it.pass, rows = it.rows;
     const int64_t row0 = it.row0;
     float4* ops = operands + (i & 1) * kRows * S::kRoundStride;
-    issue_copy(i + 1);
-    exact::cp_async_wait<1>();
-    __syncwarp();
-    if (p < passes && r < rows) {
-      const uint8_t* segment = stages + (i & 1) * S::kStageBytes + r * S::kSegmentBytes +
+    issue_copy(i + kStages - 1);
+    // The bias (a residual, for MatMulAdd) is asked for while the weights arrive: loaded where
+    // it is added, the row's last fold step waited on it.
+    if (warp == 0 && round == 0 && a.bias != nullptr && j == 0 && r < rows) bias = a.bias[row0 + r];
+    // This lane's blocks' activations are on their way too before it waits for the weights.
+    const bool computes = p < passes && r < rows;
+    typename F::Activations x[S::kUnits];
+    if (computes) {
+#pragma unroll
+      for (int u = 0; u < S::kUnits; ++u)
+        x[u] = F::load_activations(act, min(p * S::kSpan + u * kLanesPerRow + j, a.blocks - 1));
+    }
+    wait_copy(i);
+    if (computes) {
+      const uint8_t* segment = stages + i % kStages * S::kStageBytes + r * S::kSegmentBytes +
                                (static_cast<size_t>(p) * S::kSpan * F::kBlockBytes) % 16;
 #pragma unroll
       for (int u = 0; u < S::kUnits; ++u) {
         const int within = u * kLanesPerRow + j;  // block of the segment
         const int b = p * S::kSpan + within;
-        if (b < a.blocks) ops[r * S::kRoundStride + warp * S::kSpan + within] = F::terms(segment + within * F::kBlockBytes, act, b);
+        if (b < a.blocks)
+          ops[r * S::kRoundStride + warp * S::kSpan + within] = F::terms(segment + within * F::kBlockBytes, x[u]);
       }
     }
     __syncthreads();  // the round's operands are complete; the other buffer is free again
@@ -230,7 +284,7 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
           v = __fadd_rn(__fadd_rn(acc, a1), __fadd_rn(a2, a3));
         }
         if (j == 0 && r < rows) {
-          if (a.bias != nullptr) v = __fadd_rn(v, a.bias[row0 + r]);
+          if (a.bias != nullptr) v = __fadd_rn(v, bias);
           a.out[row0 + r] = v;
         }
         acc = 0.0f;
@@ -238,7 +292,9 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
     }
     __syncwarp();  // this warp's stage is refilled by the copy issued next item
   }
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
   exact::cp_async_wait<0>();
+#endif
 }
 
 // Widest activation row: its quantized form must fit in shared memory next to the stages.
