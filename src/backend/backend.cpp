@@ -37,6 +37,12 @@ void Backend::matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef
   add(residual, out, out);  // elementwise: out may be an operand
 }
 
+void Backend::rope_kv_store(const TensorRef& x, const int32_t* positions, const RopeParams& params,
+                            const TensorRef& k, const TensorRef& v, const KvDestination& dst) {
+  rope(x, positions, params);
+  kv_store(k, v, dst);
+}
+
 void Backend::rms_norm_matmul(const TensorRef& x, const float* weight, float eps, const TensorRef& normed,
                               const TensorRef& w, const float* bias, const TensorRef& out) {
   rms_norm(x, weight, static_cast<int32_t>(x.cols), eps, normed);

@@ -70,6 +70,11 @@ class Backend {
   virtual void rope(const TensorRef& x, const int32_t* positions, const RopeParams& params) = 0;
   // Writes row t of k and v into pool row dst.cells[t], converting to dst.dtype.
   virtual void kv_store(const TensorRef& k, const TensorRef& v, const KvDestination& dst) = 0;
+  // rope(x, positions, params), then kv_store(k, v, dst): bit for bit the two calls, which is
+  // the default; k may be columns of x (the rotated K heads). A backend may fuse them (the
+  // executor calls this where a Rope op is followed by the KvStore).
+  virtual void rope_kv_store(const TensorRef& x, const int32_t* positions, const RopeParams& params,
+                             const TensorRef& k, const TensorRef& v, const KvDestination& dst);
   // Causal (and windowed) attention of each query row over the cells its page list names.
   virtual void attention(const TensorRef& q, const PagedKv& kv, const int32_t* positions, float scale,
                          const TensorRef& out) = 0;

@@ -350,6 +350,12 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
     const bool product = next.code == OpCode::MatMul || (or_matmul_add && next.code == OpCode::MatMulAdd);
     return product && next.a == program.ops[i].out ? &next : nullptr;
   };
+  // Where a KvStore op writes: its layer's K and V bytes of the pool rows the step's cells name.
+  auto kv_destination = [&](const model::Op& store) {
+    const kv::LayerGeometry& g = geometry.layer(store.layer);
+    return backend::KvDestination{pool + geometry.k_offset(store.layer), pool + geometry.v_offset(store.layer),
+                                  geometry.bytes_per_cell(), g.dtype, static_cast<const int32_t*>(cells_.data)};
+  };
   for (size_t i = 0; i < program.ops.size(); ++i) {
     const model::Op& op = program.ops[i];
     switch (op.code) {
@@ -368,14 +374,18 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
         backend_.matmul(ref(op.a), ref(op.b), bias_of(op), ref(op.out));
         break;
       case OpCode::MatMulAdd: backend_.matmul_add(ref(op.a), ref(op.b), ref(op.c), ref(op.out)); break;
-      case OpCode::Rope: backend_.rope(ref(op.a), ints(op.b), op.rope); break;
-      case OpCode::KvStore: {
-        const kv::LayerGeometry& g = geometry.layer(op.layer);
-        backend::KvDestination dst{pool + geometry.k_offset(op.layer), pool + geometry.v_offset(op.layer),
-                                   geometry.bytes_per_cell(), g.dtype, static_cast<const int32_t*>(cells_.data)};
-        backend_.kv_store(ref(op.a), ref(op.b), dst);
+      case OpCode::Rope: {
+        // The rotation then the layer's K/V store (K among the rotated rows): one backend call,
+        // which the CUDA backend makes one launch.
+        if (i + 1 < program.ops.size() && program.ops[i + 1].code == OpCode::KvStore) {
+          const model::Op& store = program.ops[++i];
+          backend_.rope_kv_store(ref(op.a), ints(op.b), op.rope, ref(store.a), ref(store.b), kv_destination(store));
+          break;
+        }
+        backend_.rope(ref(op.a), ints(op.b), op.rope);
         break;
       }
+      case OpCode::KvStore: backend_.kv_store(ref(op.a), ref(op.b), kv_destination(op)); break;
       case OpCode::Attention: {
         const kv::LayerGeometry& g = geometry.layer(op.layer);
         const int32_t wi = geometry.window_index(op.layer);

@@ -220,6 +220,14 @@ void CudaBackend::kv_store(const TensorRef& k, const TensorRef& v, const backend
   launch_kv_store(k, v, dst, stream_);
 }
 
+void CudaBackend::rope_kv_store(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params,
+                                const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst) {
+  use_device(device_);
+  if (rope_kv_store_fusable(x, params, k, v, dst))
+    return launch_rope_kv_store(x, positions, params, rope_tables_->find(params, stream_), k, v, dst, stream_);
+  Backend::rope_kv_store(x, positions, params, k, v, dst);
+}
+
 void CudaBackend::attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                             const TensorRef& out) {
   use_device(device_);

@@ -53,6 +53,8 @@ class CudaBackend final : public backend::Backend {
   void matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out) override;
   void rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params) override;
   void kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst) override;
+  void rope_kv_store(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params,
+                     const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst) override;
   void attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                  const TensorRef& out) override;
   void add(const TensorRef& a, const TensorRef& b, const TensorRef& out) override;

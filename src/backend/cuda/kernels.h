@@ -33,6 +33,13 @@ void launch_rms_norm(const TensorRef& x, const float* weight, int32_t group, flo
 // `table`: the angles' cos/sin for positions below kRopeTablePositions (rope_table.h), or null.
 void launch_rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params, const float2* table,
                  cudaStream_t stream);
+// rope(x) then kv_store(k, v) in one launch, where k is whole rotated heads of x (every dim
+// rotated) and the pool holds plain values: the threads that rotate K's pairs store them too.
+bool rope_kv_store_fusable(const TensorRef& x, const backend::RopeParams& p, const TensorRef& k, const TensorRef& v,
+                           const backend::KvDestination& dst);
+void launch_rope_kv_store(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p,
+                          const float2* table, const TensorRef& k, const TensorRef& v,
+                          const backend::KvDestination& dst, cudaStream_t stream);
 void launch_kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst,
                      cudaStream_t stream);
 // Whether this build holds machine code (or PTX) the current device can run.

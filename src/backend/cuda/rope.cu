@@ -1,5 +1,7 @@
-// Rotary position embedding, in place, one thread per rotated pair. Cos and sin come from the
-// host-built table (rope_table.h: the CPU's bits) for positions it covers; beyond it the angle
+// Rotary position embedding, in place, one thread per rotated pair (fused with the K/V store
+// that follows it in a layer, the same threads also store K's rotated pairs: one launch fewer
+// per layer). Cos and sin come from the host-built table (rope_table.h: the CPU's bits) for
+// positions it covers; beyond it the angle
 // of pair i is pos * freq_scale * theta_scale^i built by repeated multiplication in float, as
 // the CPU kernel (and ggml) do, with cos/sin evaluated in double and rounded once (the
 // correctly rounded value, which host libms return in most cases). The rotation takes the
@@ -9,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/plain_values.cuh"
 #include "backend/cuda/rope_table.h"
 #include "core/error.h"
 
@@ -30,14 +33,13 @@ struct RopeArgs {
   const float2* table;  // [kRopeTablePositions][half] or null
 };
 
-// A thread per rotated pair (head h, pair i) of row blockIdx.y: a row's pairs spread over
-// blocks, so no thread walks a row's pairs one global load after another.
-__global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
-  allow_next_kernel();
-  wait_for_inputs();
-  const int t = blockIdx.y;
-  const int p = blockIdx.x * kThreads + threadIdx.x;
-  if (p >= a.n_heads * a.half) return;
+// Rotates pair p (head p / half, pair p % half) of row t in place; returns the pair's two
+// columns within the head and their new values.
+struct Rotated {
+  int head, ia, ib;
+  float a, b;
+};
+__device__ __forceinline__ Rotated rotate_pair(const RopeArgs& a, int t, int p) {
   const int h = p / a.half, i = p % a.half;
   const int32_t pos = a.positions[t];
   float c, s;
@@ -52,31 +54,121 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
     s = static_cast<float>(sin(static_cast<double>(theta)));
   }
   float* head = a.x + t * a.stride + static_cast<size_t>(h) * a.head_dim;
-  const int ia = a.interleaved ? 2 * i : i;
-  const int ib = a.interleaved ? 2 * i + 1 : i + a.half;
-  const float x0 = head[ia], x1 = head[ib];
-  head[ia] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-  head[ib] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  Rotated r{h, a.interleaved ? 2 * i : i, a.interleaved ? 2 * i + 1 : i + a.half, 0.0f, 0.0f};
+  const float x0 = head[r.ia], x1 = head[r.ib];
+  r.a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  r.b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  head[r.ia] = r.a;
+  head[r.ib] = r.b;
+  return r;
+}
+
+// A thread per rotated pair (head h, pair i) of row blockIdx.y: a row's pairs spread over
+// blocks, so no thread walks a row's pairs one global load after another.
+__global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
+  allow_next_kernel();
+  wait_for_inputs();
+  const int p = blockIdx.x * kThreads + threadIdx.x;
+  if (p < a.n_heads * a.half) rotate_pair(a, blockIdx.y, p);
+}
+
+// Where the fused kernel stores K and V: x's heads k_head0 .. k_head0 + k_heads - 1 are K.
+struct KvArgs {
+  int k_head0, k_heads;
+  const float* v;
+  size_t v_stride;  // floats
+  int v_cols;
+  char* k_pool;
+  char* v_pool;
+  size_t pool_stride;  // bytes
+  DType dtype;
+  const int32_t* cells;
+};
+
+// rope_kernel's threads, each also storing its pair where it is K's, then a thread per V
+// element; padding rows (cells[t] < 0) rotate and store nothing, as kv_store_kernel.
+__global__ void __launch_bounds__(kThreads) rope_kv_store_kernel(RopeArgs a, KvArgs kv) {
+  allow_next_kernel();
+  wait_for_inputs();
+  const int t = blockIdx.y;
+  const int p = blockIdx.x * kThreads + threadIdx.x;
+  const int pairs = a.n_heads * a.half;
+  const int32_t cell = kv.cells[t];
+  if (p < pairs) {
+    const Rotated r = rotate_pair(a, t, p);
+    const int kh = r.head - kv.k_head0;
+    if (cell < 0 || kh < 0 || kh >= kv.k_heads) return;
+    char* dst = kv.k_pool + static_cast<size_t>(cell) * kv.pool_stride;
+    store_plain(kv.dtype, dst, static_cast<int64_t>(kh) * a.head_dim + r.ia, r.a);
+    store_plain(kv.dtype, dst, static_cast<int64_t>(kh) * a.head_dim + r.ib, r.b);
+  } else if (p - pairs < kv.v_cols && cell >= 0) {
+    const int i = p - pairs;
+    store_plain(kv.dtype, kv.v_pool + static_cast<size_t>(cell) * kv.pool_stride, i, kv.v[t * kv.v_stride + i]);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+RopeArgs rope_args(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p, const float2* table) {
+  if (x.dtype != DType::F32) fail(ErrorCode::Internal, "rope works on f32 rows");
+  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.head_dim || x.cols < int64_t{p.n_heads} * p.head_dim)
+    fail(ErrorCode::Internal, "rope: rope_dim ", p.rope_dim, " / head_dim ", p.head_dim, " / heads ", p.n_heads,
+         " do not fit rows of ", x.cols);
+  if (x.rows > 65535) fail(ErrorCode::Internal, "rope over ", x.rows, " rows exceeds the grid");
+  // Same expression as the CPU kernel, evaluated on the host in float.
+  const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dim));
+  return {static_cast<float*>(x.data), x.row_stride / sizeof(float), positions, p.n_heads, p.head_dim,
+          p.rope_dim / 2, p.freq_scale, theta_scale, p.layout == backend::RopeLayout::Interleaved,
+          table};
 }
 
 }  // namespace
 
 void launch_rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p, const float2* table,
                  cudaStream_t stream) {
-  if (x.dtype != DType::F32) fail(ErrorCode::Internal, "rope works on f32 rows");
-  if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.head_dim || x.cols < int64_t{p.n_heads} * p.head_dim)
-    fail(ErrorCode::Internal, "rope: rope_dim ", p.rope_dim, " / head_dim ", p.head_dim, " / heads ", p.n_heads,
-         " do not fit rows of ", x.cols);
+  const RopeArgs args = rope_args(x, positions, p, table);
   if (x.rows == 0) return;
-  // Same expression as the CPU kernel, evaluated on the host in float.
-  const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dim));
-  const RopeArgs args{static_cast<float*>(x.data), x.row_stride / sizeof(float), positions, p.n_heads, p.head_dim,
-                      p.rope_dim / 2, p.freq_scale, theta_scale, p.layout == backend::RopeLayout::Interleaved,
-                      table};
-  if (x.rows > 65535) fail(ErrorCode::Internal, "rope over ", x.rows, " rows exceeds the grid");
   const int64_t pairs = int64_t{p.n_heads} * (p.rope_dim / 2);
   const dim3 grid(static_cast<unsigned>((pairs + kThreads - 1) / kThreads), static_cast<unsigned>(x.rows));
   launch_kernel("rope kernel", rope_kernel, grid, kThreads, 0, stream, args);
+}
+
+bool rope_kv_store_fusable(const TensorRef& x, const backend::RopeParams& p, const TensorRef& k, const TensorRef& v,
+                           const backend::KvDestination& dst) {
+  if (x.dtype != DType::F32 || k.dtype != DType::F32 || v.dtype != DType::F32 || !is_plain(dst.dtype)) return false;
+  if (p.rope_dim != p.head_dim || k.rows != x.rows || v.rows != x.rows || k.cols != v.cols ||
+      k.row_stride != x.row_stride || k.cols % p.head_dim != 0)
+    return false;
+  // K must be whole heads among x's rotated ones, in the same rows.
+  const auto* xs = static_cast<const char*>(x.data);
+  const auto* ks = static_cast<const char*>(k.data);
+  if (ks < xs || static_cast<size_t>(ks - xs) >= x.row_stride || (ks - xs) % sizeof(float) != 0) return false;
+  const int64_t first_col = (ks - xs) / static_cast<int64_t>(sizeof(float));
+  return first_col % p.head_dim == 0 && first_col + k.cols <= int64_t{p.n_heads} * p.head_dim;
+}
+
+void launch_rope_kv_store(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p,
+                          const float2* table, const TensorRef& k, const TensorRef& v,
+                          const backend::KvDestination& dst, cudaStream_t stream) {
+  if (!rope_kv_store_fusable(x, p, k, v, dst)) fail(ErrorCode::Internal, "rope_kv_store: operands that do not fuse");
+  const RopeArgs args = rope_args(x, positions, p, table);
+  if (x.rows == 0) return;
+  const int64_t first_col = (static_cast<const char*>(k.data) - static_cast<const char*>(x.data)) / 4;
+  const KvArgs kv{static_cast<int>(first_col / p.head_dim),
+                  static_cast<int>(k.cols / p.head_dim),
+                  static_cast<const float*>(v.data),
+                  v.row_stride / sizeof(float),
+                  static_cast<int>(v.cols),
+                  static_cast<char*>(dst.k),
+                  static_cast<char*>(dst.v),
+                  dst.row_stride,
+                  dst.dtype,
+                  dst.cells};
+  const int64_t threads = int64_t{p.n_heads} * (p.rope_dim / 2) + v.cols;
+  const dim3 grid(static_cast<unsigned>((threads + kThreads - 1) / kThreads), static_cast<unsigned>(x.rows));
+  launch_kernel("rope_kv_store kernel", rope_kv_store_kernel, grid, kThreads, 0, stream, args, kv);
 }
 
 }  // namespace cellm::cuda

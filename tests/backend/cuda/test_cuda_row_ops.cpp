@@ -1,9 +1,11 @@
 // The row kernels of the CUDA backend against the CPU backend on random inputs: embed (every
-// weight format, bit-exact), rms_norm, add, glu, gather_rows, argmax_rows, rope, kv_store.
+// weight format, bit-exact), rms_norm, add, glu, gather_rows, argmax_rows, rope, kv_store; and
+// rope_kv_store against the two calls it fuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/half.h"
 #include "cuda_test_support.h"
@@ -181,6 +183,55 @@ TEST(CudaRowOps, KvStoreWritesTheSameF16BitsAsTheCpu) {
                                    d_cells.as<int32_t>()};
     gpu.kv_store(Rows::device_ref(d_k, T, cols), Rows::device_ref(d_v, T, cols), gpu_dst);
     EXPECT_EQ(d_pool.download<uint8_t>(cpu_pool.size()), cpu_pool) << dtype_name(dtype);
+  }
+}
+
+// rope_kv_store (one launch where K is whole rotated heads of x) leaves x and the pool with the
+// bits of rope then kv_store: both layouts, each plain pool type, a padding row (cell -1) that
+// is rotated and not stored, and a partial rotary that takes the two calls.
+TEST(CudaRowOps, RopeKvStoreIsRopeThenKvStore) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t T = 4, pool_rows = 8;
+  const std::vector<int32_t> positions = {0, 5, 300, 4095}, cells = {6, -1, 0, 3};
+  DeviceBuffer d_pos(gpu, positions), d_cells(gpu, cells);
+  struct Case {
+    backend::RopeParams params;  // n_heads: q and k heads together
+    int k_heads;
+    const char* name;
+  };
+  const Case cases[] = {
+      {{12, 64, 64, 100000.0f, 1.0f, backend::RopeLayout::Interleaved}, 4, "llama interleaved"},
+      {{5, 256, 256, 1000000.0f, 1.0f, backend::RopeLayout::Neox}, 1, "gemma neox"},
+      {{6, 128, 64, 10000.0f, 0.25f, backend::RopeLayout::Neox}, 2, "partial rotary (not fused)"},
+  };
+  for (const Case& c : cases) {
+    const int64_t hd = c.params.head_dim, x_cols = int64_t{c.params.n_heads} * hd, kv_cols = c.k_heads * hd;
+    const Rows x = random_rows(T, x_cols, 81, 2.0f), v = random_rows(T, kv_cols, 82, 2.0f);
+    for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
+      const size_t elem = dtype_info(dtype).block_bytes;
+      const size_t row_stride = 2 * kv_cols * elem + 32;
+      const std::vector<uint8_t> pool(pool_rows * row_stride, 0xCD);
+      DeviceBuffer d_x(gpu, x.values), d_x2(gpu, x.values), d_v(gpu, v.values), d_pool(gpu, pool), d_pool2(gpu, pool);
+      auto views = [&](DeviceBuffer& dx, DeviceBuffer& dp) {
+        const TensorRef xs = Rows::device_ref(dx, T, x_cols);
+        TensorRef k = xs;  // the last k_heads heads of x
+        k.data = static_cast<char*>(xs.data) + (x_cols - kv_cols) * sizeof(float);
+        k.cols = kv_cols;
+        const backend::KvDestination dst{dp.as<uint8_t>() + 32, dp.as<uint8_t>() + 32 + kv_cols * elem, row_stride,
+                                         dtype, d_cells.as<int32_t>()};
+        return std::tuple{xs, k, dst};
+      };
+      const auto [x1, k1, dst1] = views(d_x, d_pool);
+      gpu.rope_kv_store(x1, d_pos.as<int32_t>(), c.params, k1, Rows::device_ref(d_v, T, kv_cols), dst1);
+      const auto [x2, k2, dst2] = views(d_x2, d_pool2);
+      gpu.rope(x2, d_pos.as<int32_t>(), c.params);
+      gpu.kv_store(k2, Rows::device_ref(d_v, T, kv_cols), dst2);
+      const std::string what = std::string(c.name) + " " + std::string(dtype_name(dtype));
+      EXPECT_EQ(d_x.download<float>(x.values.size()), d_x2.download<float>(x.values.size())) << what;
+      const std::vector<uint8_t> fused = d_pool.download<uint8_t>(pool.size());
+      EXPECT_EQ(fused, d_pool2.download<uint8_t>(pool.size())) << what;
+      EXPECT_NE(fused, pool) << what;  // something was stored
+    }
   }
 }
 
