@@ -5,7 +5,7 @@
 // The order makes each chunk of kAttentionChunk list entries an independent piece of work
 // (scores, max, exponentials, sums) and only the fold of the chunks sequential, so a long
 // context splits across blocks without changing a bit:
-//  - split: block x of a (row, heads) takes chunks x, x + slots, ... and writes each chunk's
+//  - split: split block s of a (row, heads) takes chunks s, s + slots, ... and writes each chunk's
 //    (m_c, l_c, o_c) to the workspace; the last of those blocks to finish (an arrival counter
 //    per (row, heads) in the workspace) folds them in chunk order. For decode, where rows x
 //    heads alone would leave the GPU idle.
@@ -307,7 +307,7 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
   return true;
 }
 
-// The block's (row t, KV head g, first head h0 of `heads`): blockIdx.z, and blockIdx.y split
+// The block's (row t, KV head g, first head h0 of `heads`): blockIdx.z, and blockIdx.x split
 // into KV head and part.
 struct Place {
   int t, g, h0, heads;
@@ -317,8 +317,8 @@ __device__ __forceinline__ Place place_of(const Args& a) {
   const int parts = a.group / a.heads_per_block;
   Place p;
   p.t = blockIdx.z;
-  p.g = blockIdx.y / parts;
-  p.h0 = p.g * a.group + (blockIdx.y % parts) * a.heads_per_block;
+  p.g = blockIdx.x / parts;
+  p.h0 = p.g * a.group + (blockIdx.x % parts) * a.heads_per_block;
   p.heads = a.heads_per_block;
   return p;
 }
@@ -488,8 +488,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
   const int n_chunks = (n_entries + kChunk - 1) / kChunk;
   // One chunk (or none) needs no fold: block 0 writes the output itself.
   const bool in_place = a.partials == nullptr || n_chunks > a.max_chunks || n_chunks <= 1;
-  if (in_place && blockIdx.x != 0) return;
-  if (!in_place && static_cast<int>(blockIdx.x) >= n_chunks) return;
+  // blockIdx.y: the block's split slot. Slots past the row's chunks return at once; they come
+  // last in launch order (x, the heads, varies fastest), so the working blocks of every head
+  // are dispatched first (slot-major order put half the heads' work behind idle blocks).
+  if (in_place && blockIdx.y != 0) return;
+  if (!in_place && static_cast<int>(blockIdx.y) >= n_chunks) return;
 
   const float* q_row = a.q + p.t * a.q_stride + static_cast<size_t>(p.h0) * hd;
   for (int i = threadIdx.x; i < p.heads * hd; i += kThreads) s.q[i] = q_row[i];
@@ -498,7 +501,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
     fold_in_place<E, kHeadSlots, kCols>(a, s, m, p, n_chunks, n_entries);
     return;
   }
-  for (int chunk = blockIdx.x; chunk < n_chunks; chunk += gridDim.x) {
+  for (int chunk = blockIdx.y; chunk < n_chunks; chunk += gridDim.y) {
     float o[kHeadSlots][kCols];
     const bool any = chunk_result<E, kHeadSlots, kCols>(a, s, m, p.t, p.g, p.heads, chunk, n_entries, o);
     if (any) __syncthreads();  // chunk_sum
@@ -520,7 +523,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
   unsigned* arrivals = a.arrivals + static_cast<size_t>(p.t) * a.n_heads + p.h0;
   if (threadIdx.x == 0) arrived = atomicAdd(arrivals, 1u);
   __syncthreads();
-  if (arrived != static_cast<unsigned>(min(n_chunks, static_cast<int>(gridDim.x))) - 1) return;
+  if (arrived != static_cast<unsigned>(min(n_chunks, static_cast<int>(gridDim.y))) - 1) return;
   __threadfence();
   fold_partials<kHeadSlots, kCols>(a, s, m, p, n_chunks);
   if (threadIdx.x == 0) *arrivals = 0;  // ready for the next launch (graphs replay this one)
@@ -636,7 +639,7 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
                   workspace.arrivals,
                   static_cast<int>(std::min<int64_t>(max_chunks, 1 << 30)),
                   stage_cells};
-  const dim3 grid(static_cast<unsigned>(slots), static_cast<unsigned>(n_heads / heads_per_block),
+  const dim3 grid(static_cast<unsigned>(n_heads / heads_per_block), static_cast<unsigned>(slots),
                   static_cast<unsigned>(q.rows));
   const size_t smem = staging_offset(heads_per_block, hd) + static_cast<size_t>(stage_cells) * hd * elem;
   switch (kv.dtype) {
