@@ -259,20 +259,18 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
     w = cell >= 0 ? libm::expf_glibc(__fsub_rn(w, s.chunk_max[h])) : 0.0f;
   }
   __syncthreads();
-  // l_c: thread h sums head h's e_j in cell order (adding the zeros of absent cells changes nothing).
-  for (int h = threadIdx.x; h < heads; h += kThreads) {
-    float l = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < kChunk; ++i) l = __fadd_rn(l, s.w[h * kChunk + i]);
-    s.chunk_sum[h] = l;
-  }
 
   // o_c: the visible cells' V rows, stage by stage, summed in cell order; a column's V value is
-  // loaded once for all the heads the thread owns it for.
+  // loaded once for all the heads the thread owns it for. l_c rides along: every thread sums its
+  // heads' e_j in cell order (adding the zeros of absent cells changes nothing) and the owner of
+  // a head's column 0 stores it - a second chain beside the V sums instead of one thread per head
+  // walking the chunk before them.
   const float* w_of[kHeadSlots];
+  float l[kHeadSlots];
 #pragma unroll
   for (int k = 0; k < kHeadSlots; ++k) {
     w_of[k] = s.w + (m.owns(k, heads) ? m.head(k) : 0) * kChunk;  // not owned: computed on head 0, unstored
+    l[k] = 0.0f;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) o[k][c] = 0.0f;
   }
@@ -294,6 +292,7 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
 #pragma unroll
       for (int k = 0; k < kHeadSlots; ++k) {
         const float w = w_of[k][s0 + c];
+        l[k] = __fadd_rn(l[k], w);
 #pragma unroll
         for (int x = 0; x < kCols; ++x) {
           if constexpr (std::is_same_v<E, __half>) o[k][x] = __fmaf_rn(w, v[x], o[k][x]);
@@ -304,6 +303,9 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
     __syncthreads();  // before the staging buffer and, after the last stage, s.cell are reused
     if (s0 + a.stage_cells < kChunk) stage_v(s0 + a.stage_cells);
   }
+#pragma unroll
+  for (int k = 0; k < kHeadSlots; ++k)
+    if (m.owns(k, heads) && m.col == 0) s.chunk_sum[m.head(k)] = l[k];
   return true;
 }
 
