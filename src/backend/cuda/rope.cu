@@ -1,11 +1,10 @@
 // Rotary position embedding, in place, one thread per rotated pair (fused with the K/V store
 // that follows it in a layer, the same threads also store K's rotated pairs: one launch fewer
 // per layer). Cos and sin come from the host-built table (rope_table.h: the CPU's bits) for
-// positions it covers; beyond it the angle
-// of pair i is pos * freq_scale * theta_scale^i built by repeated multiplication in float, as
-// the CPU kernel (and ggml) do, with cos/sin evaluated in double and rounded once (the
-// correctly rounded value, which host libms return in most cases). The rotation takes the
-// CPU's float steps, unfused.
+// positions it covers; beyond it the angle of pair i is pos * freq_scale * theta_scale^i built
+// by repeated multiplication in float, as the CPU kernel (and ggml) do, with cos/sin evaluated
+// in double and rounded once (the correctly rounded value, which host libms return in most
+// cases). The rotation takes the CPU's float steps, unfused.
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
@@ -107,10 +106,6 @@ __global__ void __launch_bounds__(kThreads) rope_kv_store_kernel(RopeArgs a, KvA
   }
 }
 
-}  // namespace
-
-namespace {
-
 RopeArgs rope_args(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p, const float2* table) {
   if (x.dtype != DType::F32) fail(ErrorCode::Internal, "rope works on f32 rows");
   if (p.rope_dim <= 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.head_dim || x.cols < int64_t{p.n_heads} * p.head_dim)
@@ -155,7 +150,8 @@ void launch_rope_kv_store(const TensorRef& x, const int32_t* positions, const ba
   if (!rope_kv_store_fusable(x, p, k, v, dst)) fail(ErrorCode::Internal, "rope_kv_store: operands that do not fuse");
   const RopeArgs args = rope_args(x, positions, p, table);
   if (x.rows == 0) return;
-  const int64_t first_col = (static_cast<const char*>(k.data) - static_cast<const char*>(x.data)) / 4;
+  const int64_t first_col =
+      (static_cast<const char*>(k.data) - static_cast<const char*>(x.data)) / static_cast<int64_t>(sizeof(float));
   const KvArgs kv{static_cast<int>(first_col / p.head_dim),
                   static_cast<int>(k.cols / p.head_dim),
                   static_cast<const float*>(v.data),
