@@ -9,9 +9,10 @@
 //    p * kSpan + u * kLanesPerRow + j, u < kUnits. Small matrices so still fill the device
 //    (llama3-8b's 4096 x 4096 is 512 groups), large ones loop over groups;
 //  - a pass's kRows row segments are copied to shared memory kStages - 1 items ahead (kStages
-//    stages per warp): on Hopper one bulk copy per row segment, issued by one lane and counted
-//    on the stage's mbarrier (16-byte cp.async by every lane cost ~100 instructions of
-//    addressing per lane and item); elsewhere 16-byte cp.async of whole lines. The quantized
+//    stages per warp): on Hopper one bulk copy per row segment, row rr's issued by lane rr and
+//    counted on the stage's mbarrier (16-byte cp.async by every lane cost ~100 instructions of
+//    addressing per lane and item; lane 0 issuing all eight, unrolled, ran slower);
+//    elsewhere 16-byte cp.async of whole lines. The quantized
 //    activations come from global memory (L1-resident) or, for a row the kernel quantizes
 //    itself (kQuantizes: a prologue while the first weights are on their way), from shared
 //    memory; the lanes of one j read the same address. A lane asks for its blocks'
