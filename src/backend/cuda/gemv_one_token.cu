@@ -12,11 +12,11 @@
 //    stages per warp): on Hopper one bulk copy per row segment, row rr's issued by lane rr and
 //    counted on the stage's mbarrier (16-byte cp.async by every lane cost ~100 instructions of
 //    addressing per lane and item; lane 0 issuing all eight, unrolled, ran slower);
-//    elsewhere 16-byte cp.async of whole lines. The quantized
-//    activations come from global memory (L1-resident) or, for a row the kernel quantizes
-//    itself (kQuantizes: a prologue while the first weights are on their way), from shared
-//    memory; the lanes of one j read the same address. A lane asks for its blocks'
-//    activations before it waits for the weights (block_terms.cuh);
+//    elsewhere 16-byte cp.async of whole lines. The quantized activations come from global
+//    memory (L1-resident) or, for a row the kernel quantizes itself (kQuantizes: a prologue
+//    while the first weights are on their way), from shared memory; the lanes of one j read
+//    the same address. A lane asks for its blocks' activations before it waits for the
+//    weights (block_terms.cuh);
 //  - every lane writes its blocks' float operands to shared memory; after the round's barrier,
 //    warp 0 folds them in block order: the k-quants one chain per row, the 32-element formats
 //    four (block b to chain b % 4, lane (b % 4, r)), closed by (acc0 + acc1) + (acc2 + acc3).

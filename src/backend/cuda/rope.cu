@@ -130,6 +130,18 @@ void launch_rope(const TensorRef& x, const int32_t* positions, const backend::Ro
   launch_kernel("rope kernel", rope_kernel, grid, kThreads, 0, stream, args);
 }
 
+namespace {
+
+// The column of x's rows where k's rows start, or -1 where k does not start inside them.
+int64_t first_column_in(const TensorRef& x, const TensorRef& k) {
+  const auto* xs = static_cast<const char*>(x.data);
+  const auto* ks = static_cast<const char*>(k.data);
+  if (ks < xs || static_cast<size_t>(ks - xs) >= x.row_stride || (ks - xs) % sizeof(float) != 0) return -1;
+  return (ks - xs) / static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace
+
 bool rope_kv_store_fusable(const TensorRef& x, const backend::RopeParams& p, const TensorRef& k, const TensorRef& v,
                            const backend::KvDestination& dst) {
   if (x.dtype != DType::F32 || k.dtype != DType::F32 || v.dtype != DType::F32 || !is_plain(dst.dtype)) return false;
@@ -137,11 +149,8 @@ bool rope_kv_store_fusable(const TensorRef& x, const backend::RopeParams& p, con
       k.row_stride != x.row_stride || k.cols % p.head_dim != 0)
     return false;
   // K must be whole heads among x's rotated ones, in the same rows.
-  const auto* xs = static_cast<const char*>(x.data);
-  const auto* ks = static_cast<const char*>(k.data);
-  if (ks < xs || static_cast<size_t>(ks - xs) >= x.row_stride || (ks - xs) % sizeof(float) != 0) return false;
-  const int64_t first_col = (ks - xs) / static_cast<int64_t>(sizeof(float));
-  return first_col % p.head_dim == 0 && first_col + k.cols <= int64_t{p.n_heads} * p.head_dim;
+  const int64_t first_col = first_column_in(x, k);
+  return first_col >= 0 && first_col % p.head_dim == 0 && first_col + k.cols <= int64_t{p.n_heads} * p.head_dim;
 }
 
 void launch_rope_kv_store(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p,
@@ -150,9 +159,7 @@ void launch_rope_kv_store(const TensorRef& x, const int32_t* positions, const ba
   if (!rope_kv_store_fusable(x, p, k, v, dst)) fail(ErrorCode::Internal, "rope_kv_store: operands that do not fuse");
   const RopeArgs args = rope_args(x, positions, p, table);
   if (x.rows == 0) return;
-  const int64_t first_col =
-      (static_cast<const char*>(k.data) - static_cast<const char*>(x.data)) / static_cast<int64_t>(sizeof(float));
-  const KvArgs kv{static_cast<int>(first_col / p.head_dim),
+  const KvArgs kv{static_cast<int>(first_column_in(x, k) / p.head_dim),
                   static_cast<int>(k.cols / p.head_dim),
                   static_cast<const float*>(v.data),
                   v.row_stride / sizeof(float),
