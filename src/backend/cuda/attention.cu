@@ -282,8 +282,9 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
     __syncthreads();
     const int n = min(a.stage_cells, kChunk - s0);
     // Cells that are not visible have e = 0 and a zeroed staged row: fma(0, 0, o) is o, the
-    // same bits as skipping them, and the loop needs no branch (its loads batch up).
-#pragma unroll 4
+    // same bits as skipping them, and the loop needs no branch: its loads batch up, eight
+    // cells' ahead of their multiply-adds (four left the chain waiting on shared memory).
+#pragma unroll 8
     for (int c = 0; c < n; ++c) {
       const char* v_row = reinterpret_cast<const char*>(s.v) + static_cast<size_t>(c) * hd * sizeof(E);
       float v[kCols];
@@ -404,8 +405,21 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
   float* fm = s.w + 2 * heads * kFoldBatch;
   float* fb = s.w + 3 * heads * kFoldBatch;
   float o[kHeadSlots][kCols] = {};
+  // A thread of few outputs asks for their first kFoldLoads o_c together with the (m_c, l_c):
+  // one trip to L2 instead of two before the fold (clock stamps per phase, llama3-8b's shape,
+  // one row at 640 cells: the fold was the last block's longest phase, ~2.9 us).
+  constexpr bool kEarly = kHeadSlots * kCols <= 2;
+  float early[kEarly ? kHeadSlots : 1][kEarly ? kCols : 1][kFoldLoads];
   for (int c0 = 0; c0 < n_chunks; c0 += kFoldBatch) {
     const int n = min(kFoldBatch, n_chunks - c0);
+    if constexpr (kEarly) {
+      for_each_owned<kHeadSlots, kCols>(m, heads, [&](int k, int c, int h, int col) {
+        const float* base = slot_of(a, p.t, p.h0 + h, c0) + col;
+#pragma unroll
+        for (int u = 0; u < kFoldLoads; ++u)  // past n: the batch's last chunk again, unused
+          early[k][c][u] = __ldcg(base + static_cast<size_t>(min(u, n - 1)) * (hd + 2));
+      });
+    }
     for (int i = threadIdx.x; i < heads * n; i += kThreads) {
       const float* slot = slot_of(a, p.t, p.h0 + i / n, c0 + i % n);
       fa[(i / n) * kFoldBatch + i % n] = __ldcg(slot + hd);
@@ -456,8 +470,15 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
       for (int i = 0; i < n; i += kFoldLoads) {
         float oc[kFoldLoads];
 #pragma unroll
-        for (int u = 0; u < kFoldLoads; ++u)  // past n: the batch's last chunk again, unused
+        for (int u = 0; u < kFoldLoads; ++u) {  // past n: the batch's last chunk again, unused
+          if constexpr (kEarly) {
+            if (i == 0) {
+              oc[u] = early[k][c][u];
+              continue;
+            }
+          }
           oc[u] = __ldcg(base + static_cast<size_t>(min(i + u, n - 1)) * (hd + 2));
+        }
 #pragma unroll
         for (int u = 0; u < kFoldLoads; ++u) {
           if (i + u >= n) break;
