@@ -501,6 +501,7 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
 template <typename E, int kHeadSlots, int kCols>
 __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
   allow_next_kernel();
+  prefetch_read_only(libm::exp2f_table_data(), libm::kExp2fTableBytes);  // for the chunks' expf
   wait_for_inputs();
   extern __shared__ __align__(16) unsigned char smem[];
   const int hd = a.head_dim;

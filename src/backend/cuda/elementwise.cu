@@ -37,6 +37,7 @@ __global__ void add_kernel(RowView a, RowView b, RowView out, int64_t cols) {
 template <backend::GluActivation kAct>
 __global__ void glu_kernel(RowView gate, RowView up, RowView out, int64_t cols) {
   allow_next_kernel();
+  glu::prefetch_tables<kAct>();
   wait_for_inputs();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= cols) return;

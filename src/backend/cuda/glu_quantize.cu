@@ -31,6 +31,7 @@ struct GluArgs {
 template <backend::GluActivation kAct, ActivationFormat kFormat>
 __global__ void __launch_bounds__(kThreads) glu_quantize_kernel(GluArgs a) {
   allow_next_kernel();
+  glu::prefetch_tables<kAct>();
   wait_for_inputs();
   const int64_t t = blockIdx.y;
   const float* g = a.gate + t * a.gate_stride;

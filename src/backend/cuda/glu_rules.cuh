@@ -2,6 +2,7 @@
 // The gated activations on the GPU, shared by the element-wise GLU (elementwise.cu) and the GLU
 // that quantizes its output for the next product (glu_quantize.cu).
 #include "backend/cuda/host_libm.cuh"
+#include "backend/cuda/kernel_launch.cuh"
 #include "backend/ops.h"
 
 namespace cellm::cuda::glu {
@@ -20,6 +21,14 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   const float inner = __fmul_rn(__fmul_rn(kSqrt2OverPi, x), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(kCoef, x), x)));
   const float t = libm::tanhf_glibc(inner);
   return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, t));
+}
+
+// The table kAct's math reads (glibc expf's, for SiLU), asked into L1 before the kernel's
+// wait_for_inputs(): otherwise its first use waits a trip to L2 inside the dependent chain.
+template <backend::GluActivation kAct>
+__device__ __forceinline__ void prefetch_tables() {
+  if constexpr (kAct == backend::GluActivation::Silu)
+    prefetch_read_only(libm::exp2f_table_data(), libm::kExp2fTableBytes);
 }
 
 // act(gate) * up, rounded once.

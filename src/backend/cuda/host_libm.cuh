@@ -9,6 +9,7 @@
 //  - expf: sysdeps/ieee754/flt-32/e_expf.c (glibc >= 2.27): a table of 2^(i/32) and a cubic
 //    in double, rounded to float once (its fused and unfused forms round to the same floats);
 //  - tanhf: sysdeps/ieee754/flt-32/s_tanhf.c over s_expm1f.c (fdlibm), all in float.
+#include <cstddef>
 #include <cstdint>
 
 #include "core/fdlibm_expm1f.h"
@@ -21,6 +22,8 @@ namespace cellm::cuda::libm {
 static __device__ const uint64_t kExp2fTable[32] = CELLM_GLIBC_EXP2F_TABLE;
 
 __device__ __forceinline__ uint64_t exp2f_table(int i) { return __ldg(&kExp2fTable[i]); }
+__device__ __forceinline__ const void* exp2f_table_data() { return kExp2fTable; }
+inline constexpr size_t kExp2fTableBytes = sizeof(kExp2fTable);
 
 __device__ __forceinline__ float expf_glibc(float x) {
   constexpr double kInvLn2N = 0x1.71547652b82fep+0 * 32, kShift = 0x1.8p+52;

@@ -29,6 +29,17 @@ __device__ __forceinline__ void wait_for_inputs() {
 #endif
 }
 
+// Asks for [p, p + bytes) - data no kernel writes (weights, tables) - to come to this SM's L1,
+// a 128-byte line per thread of the block. Called before wait_for_inputs(), a kernel started
+// early has them at hand when the wait returns instead of waiting a trip to L2 after it.
+__device__ __forceinline__ void prefetch_read_only(const void* p, size_t bytes) {
+#if defined(__CUDA_ARCH__)
+  const char* c = static_cast<const char*>(p);
+  for (size_t at = 128 * size_t{threadIdx.x}; at < bytes; at += 128 * size_t{blockDim.x})
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(c + at));
+#endif
+}
+
 // Lets the next kernel of the stream be launched now: its blocks become resident and run up to
 // their own wait_for_inputs(). Called first thing, for the most overlap; the next kernel
 // launches only when every block of this one has called it. Whether that pays is decided at

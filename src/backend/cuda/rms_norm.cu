@@ -14,6 +14,7 @@ using norm::kThreads;
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x, size_t x_stride, const float* weight,
                                                             int group, float eps, float* out, size_t out_stride) {
   allow_next_kernel();
+  prefetch_read_only(weight, sizeof(float) * static_cast<size_t>(group));
   wait_for_inputs();
   const float* xr = x + blockIdx.y * x_stride + static_cast<size_t>(blockIdx.x) * group;
   float* yr = out + blockIdx.y * out_stride + static_cast<size_t>(blockIdx.x) * group;

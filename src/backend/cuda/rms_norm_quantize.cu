@@ -31,6 +31,7 @@ struct NormArgs {
 template <ActivationFormat kFormat>
 __global__ void __launch_bounds__(kThreads) rms_norm_quantize_kernel(NormArgs a) {
   allow_next_kernel();
+  prefetch_read_only(a.weight, sizeof(float) * static_cast<size_t>(a.cols));
   wait_for_inputs();
   const int64_t t = blockIdx.x;
   const float* xr = a.x + t * a.x_stride;
