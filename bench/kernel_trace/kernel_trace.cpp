@@ -75,9 +75,13 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+size_t dropped_records = 0;  // CUPTI's count of records it had no buffer for: the report says so
+
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* record = nullptr;
   std::lock_guard<std::mutex> lock(spans_mutex);
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS) dropped_records += dropped;
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
@@ -126,6 +130,9 @@ void report() {
   std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.critical_ns > b.second.critical_ns; });
   std::fprintf(stderr, "kernel_trace: %zu steps, %.1f kernels per step, step span mean %.1f us, median %.1f us\n",
                steps.size(), kernels / n, total_span / n / 1e3, sorted[sorted.size() / 2] / 1e3);
+  if (dropped_records > 0)
+    std::fprintf(stderr, "kernel_trace: WARNING: CUPTI dropped %zu kernel records; the figures below miss them\n",
+                 dropped_records);
   std::fprintf(stderr, "%12s %8s %10s %10s %7s  %s\n", "critical us", "share", "busy us", "per call", "calls",
                "kernel (per step)");
   nlohmann::json table = nlohmann::json::array();
@@ -141,6 +148,7 @@ void report() {
   }
   if (const char* path = std::getenv("CELLM_KERNEL_TRACE_JSON")) {
     nlohmann::json out{{"steps", steps.size()},
+                       {"dropped_records", dropped_records},
                        {"kernels_per_step", kernels / n},
                        {"step_span_us_mean", total_span / n / 1e3},
                        {"step_span_us_median", sorted[sorted.size() / 2] / 1e3},
