@@ -102,7 +102,7 @@ void report() {
   std::map<uint32_t, std::vector<const KernelSpan*>> steps;
   for (const KernelSpan& s : spans) steps[s.step].push_back(&s);
   if (steps.empty()) {
-    std::fprintf(stderr, "kernel_trace: no %s kernels recorded\n", graph_only ? "graph" : "");
+    std::fprintf(stderr, "kernel_trace: no %skernels recorded\n", graph_only ? "graph " : "");
     return;
   }
   std::map<std::string, NameCost> costs;
@@ -122,14 +122,14 @@ void report() {
     kernels += static_cast<double>(list.size());
   }
   const double n = static_cast<double>(steps.size());
-  std::vector<double> sorted = step_spans;
-  std::sort(sorted.begin(), sorted.end());
+  std::sort(step_spans.begin(), step_spans.end());
   double total_span = 0;
   for (double s : step_spans) total_span += s;
+  const double mean_us = total_span / n / 1e3, median_us = step_spans[step_spans.size() / 2] / 1e3;
   std::vector<std::pair<std::string, NameCost>> rows(costs.begin(), costs.end());
   std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.critical_ns > b.second.critical_ns; });
   std::fprintf(stderr, "kernel_trace: %zu steps, %.1f kernels per step, step span mean %.1f us, median %.1f us\n",
-               steps.size(), kernels / n, total_span / n / 1e3, sorted[sorted.size() / 2] / 1e3);
+               steps.size(), kernels / n, mean_us, median_us);
   if (dropped_records > 0)
     std::fprintf(stderr, "kernel_trace: WARNING: CUPTI dropped %zu kernel records; the figures below miss them\n",
                  dropped_records);
@@ -138,20 +138,20 @@ void report() {
   nlohmann::json table = nlohmann::json::array();
   for (auto& [name, c] : rows) {
     const double calls = static_cast<double>(c.count) / n;
-    std::fprintf(stderr, "%12.1f %7.1f%% %10.1f %10.2f %7.1f  %s\n", c.critical_ns / n / 1e3,
-                 100.0 * c.critical_ns / total_span, c.busy_ns / n / 1e3, c.busy_ns / static_cast<double>(c.count) / 1e3,
-                 calls, name.c_str());
+    const double critical_us = c.critical_ns / n / 1e3, busy_us = c.busy_ns / n / 1e3;
+    std::fprintf(stderr, "%12.1f %7.1f%% %10.1f %10.2f %7.1f  %s\n", critical_us, 100.0 * c.critical_ns / total_span,
+                 busy_us, busy_us / calls, calls, name.c_str());
     table.push_back({{"kernel", name},
-                     {"critical_us_per_step", c.critical_ns / n / 1e3},
-                     {"busy_us_per_step", c.busy_ns / n / 1e3},
+                     {"critical_us_per_step", critical_us},
+                     {"busy_us_per_step", busy_us},
                      {"calls_per_step", calls}});
   }
   if (const char* path = std::getenv("CELLM_KERNEL_TRACE_JSON")) {
     nlohmann::json out{{"steps", steps.size()},
                        {"dropped_records", dropped_records},
                        {"kernels_per_step", kernels / n},
-                       {"step_span_us_mean", total_span / n / 1e3},
-                       {"step_span_us_median", sorted[sorted.size() / 2] / 1e3},
+                       {"step_span_us_mean", mean_us},
+                       {"step_span_us_median", median_us},
                        {"kernels", table}};
     std::ofstream(path) << out.dump(2) << "\n";
   }
