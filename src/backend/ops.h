@@ -68,6 +68,9 @@ struct PagedKv {
   const int32_t* cell_pos = nullptr;
   const int32_t* page_rows = nullptr;
   const int32_t* pages = nullptr;
+  // The model scales the queries by the attention scale before q.k (gemma3) instead of the
+  // scores (llama). Equal in real arithmetic; only ggml numerics follow the model's choice.
+  bool scale_queries = false;
 };
 
 // Where a step's tokens write their K and V in one layer. A negative cell is a padding row

@@ -26,6 +26,7 @@ void require_positive(const gguf::File& f, const std::string& key, int32_t v) {
 // layer in six is global unless the file says otherwise.
 constexpr float kGemma3LocalRopeBase = 10000.0f;
 constexpr int32_t kGemma3WindowPattern = 6;
+constexpr int32_t kGemma3_27BLayers = 62;
 
 }  // namespace
 
@@ -113,11 +114,16 @@ ModelConfig read_model_config(const gguf::File& f) {
     c.qk_norm = true;
     c.post_norms = true;
     c.scale_embeddings = true;
+    c.scale_queries = true;
     c.gelu_ffn = true;
     c.sliding_window = get_i32(f, p + "attention.sliding_window");
     require_positive(f, p + "attention.sliding_window", c.sliding_window);
     const int32_t pattern = get_i32_or(f, p + "attention.sliding_window_pattern", kGemma3WindowPattern);
     require_positive(f, p + "attention.sliding_window_pattern", pattern);
+    // Gemma 3 27B scales queries by 1/sqrt(query_pre_attn_scalar) = 1/sqrt(n_embd / n_heads)
+    // (168, not its head size of 128); GGUF does not carry the scalar, so llama.cpp knows 27B by
+    // its 62 layers, and so does cellm.
+    if (c.n_layers == kGemma3_27BLayers) c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_heads));
     for (int32_t i = 0; i < c.n_layers; ++i) {
       if (i % pattern < pattern - 1) {  // every pattern-th layer is global
         c.layers[i].window = c.sliding_window;

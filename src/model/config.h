@@ -42,6 +42,7 @@ struct ModelConfig {
   bool qk_norm = false;         // RMSNorm on q and k per head (gemma3, qwen3)
   bool post_norms = false;      // extra RMSNorm after attention and after the FFN (gemma3)
   bool scale_embeddings = false;  // multiply embeddings by sqrt(n_embd) (gemma)
+  bool scale_queries = false;     // the attention scale multiplies q, not q.k (gemma)
   bool gelu_ffn = false;        // GeGLU instead of SwiGLU
   bool qkv_bias = false;        // biases on q, k, v projections (qwen2)
 

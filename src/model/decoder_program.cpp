@@ -67,8 +67,11 @@ Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Meth
       b.rope(k, p.positions, rope);
     }
     b.kv_store(l, k, v);
-    ValueId attn = b.attention(l, q, c.attention_scale);
+    ValueId attn = b.attention(l, q, c.attention_scale, c.scale_queries);
     add_projection(attn, b.weight(blk + "attn_output.weight", c.n_embd, q_dim), blk + "post_attention_norm.weight");
+    // Past the last attention only the rows whose logits are wanted matter: the last FFN, the
+    // final norm and the output matrix run on those alone (as llama.cpp's graphs do).
+    if (l == c.n_layers - 1) x = b.gather_rows(x, p.logit_rows);
 
     h = b.rms_norm(x, b.vector_weight(blk + "ffn_norm.weight", c.n_embd), c.rms_eps);
     const auto gate_up = b.projections(h, {{blk + "ffn_gate.weight", c.n_ff}, {blk + "ffn_up.weight", c.n_ff}}, stack);
@@ -76,9 +79,7 @@ Program build_decoder_program(const gguf::File& file, const ModelConfig& c, Meth
     add_projection(act, b.weight(blk + "ffn_down.weight", c.n_embd, c.n_ff), blk + "post_ffw_norm.weight");
   }
 
-  // Only the rows whose logits are wanted go through the final norm and the output matrix.
-  ValueId selected = b.gather_rows(x, p.logit_rows);
-  selected = b.rms_norm(selected, b.vector_weight("output_norm.weight", c.n_embd), c.rms_eps);
+  const ValueId selected = b.rms_norm(x, b.vector_weight("output_norm.weight", c.n_embd), c.rms_eps);
   const ValueId output = b.has_tensor("output.weight") ? b.weight("output.weight", c.vocab_size, c.n_embd) : token_embd;
   return b.finish(b.matmul(selected, output));
 }

@@ -82,6 +82,7 @@ struct Op {
   int32_t group = 0;
   backend::RopeParams rope;
   backend::GluActivation act = backend::GluActivation::Silu;
+  bool scale_queries = false;  // Attention: the model scales q rather than q.k (see PagedKv)
 };
 
 struct Program {

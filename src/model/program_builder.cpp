@@ -164,11 +164,11 @@ void ProgramBuilder::kv_store(int32_t layer, ValueId k, ValueId v) {
   push(op, "", 0, Extent::Tokens);
 }
 
-ValueId ProgramBuilder::attention(int32_t layer, ValueId q, float scale) {
+ValueId ProgramBuilder::attention(int32_t layer, ValueId q, float scale, bool scale_queries) {
   const kv::LayerGeometry& g = program_.geometry.layer(layer);
   if (info(q).cols % (static_cast<int64_t>(g.n_kv_heads) * g.head_dim) != 0)
     fail(ErrorCode::Format, "attention: ", info(q).cols, " query features are not a multiple of the KV heads");
-  Op op{.code = OpCode::Attention, .a = q, .layer = layer, .scale = scale};
+  Op op{.code = OpCode::Attention, .a = q, .layer = layer, .scale = scale, .scale_queries = scale_queries};
   return push(op, "attn." + std::to_string(layer), info(q).cols, Extent::Tokens);
 }
 

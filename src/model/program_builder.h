@@ -41,7 +41,7 @@ class ProgramBuilder {
   ValueId joined_view(ValueId a, ValueId b);
   void rope(ValueId x, ValueId positions, const backend::RopeParams& params);
   void kv_store(int32_t layer, ValueId k, ValueId v);
-  ValueId attention(int32_t layer, ValueId q, float scale);
+  ValueId attention(int32_t layer, ValueId q, float scale, bool scale_queries);
   ValueId add(ValueId a, ValueId b);
   ValueId glu(ValueId gate, ValueId up, backend::GluActivation act);
   ValueId gather_rows(ValueId x, ValueId rows);

@@ -399,7 +399,8 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
                             cache_->config().page_cells,
                             static_cast<const int32_t*>(cell_pos_.data),
                             static_cast<const int32_t*>(page_rows_[wi].data),
-                            static_cast<const int32_t*>(pages_[wi].data)};
+                            static_cast<const int32_t*>(pages_[wi].data),
+                            op.scale_queries};
         backend_.attention(ref(op.a), kv, ints(program.positions), op.scale, ref(op.out));
         break;
       }

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/test_models.h"
@@ -11,6 +13,7 @@
 #include "model/config.h"
 #include "model/decoder_program.h"
 #include "model/program_builder.h"
+#include "model/random_model.h"
 
 namespace cellm::model {
 namespace {
@@ -93,6 +96,30 @@ TEST(DecoderProgram, Gemma3HasNormsAndTwoWindows) {
   EXPECT_NE(p.manifest.find("kv.pages.w8"), nullptr);
 }
 
+// Past the last attention only the rows whose logits are wanted are computed: the last layer's
+// FFN, the final norm and the output matrix take the gathered rows (llama.cpp's graphs do too,
+// which ggml numerics depend on: a product's order can follow its row count).
+TEST(DecoderProgram, OnlyLogitRowsPassTheLastAttention) {
+  for (const char* model : {"tiny-gemma3", "tiny-llama"}) {
+    SCOPED_TRACE(model);
+    const auto file = gguf::File::open(test::tiny_model(model));
+    const Program p = build_decoder_program(*file, read_model_config(*file), Method::Prefill, 16);
+    int last_attention = -1, gather = -1;
+    for (int i = 0; i < static_cast<int>(p.ops.size()); ++i) {
+      if (p.ops[i].code == OpCode::Attention) last_attention = i;
+      if (p.ops[i].code == OpCode::GatherRows) gather = gather < 0 ? i : -2;  // exactly one
+    }
+    ASSERT_GT(gather, last_attention);
+    int after = 0;
+    for (int i = gather; i < static_cast<int>(p.ops.size()); ++i) {
+      if (p.ops[i].out == kNoValue) continue;
+      EXPECT_EQ(p.value(p.ops[i].out).extent, Extent::LogitRows) << p.value(p.ops[i].out).name;
+      ++after;
+    }
+    EXPECT_GE(after, 5);  // gather, ffn norm, gate+up, glu, down (+ residual), output norm, logits
+  }
+}
+
 void expect_arena_never_overlaps(const Program& p);
 
 TEST(DecoderProgram, ArenaNeverOverlapsLiveValues) {
@@ -171,6 +198,24 @@ TEST(ModelConfig, DefaultModelsHaveTheirShapes) {
   EXPECT_FLOAT_EQ(g.layers[0].rope_base, 10000.0f);
   EXPECT_FLOAT_EQ(g.layers[5].rope_base, 1000000.0f);
   EXPECT_FLOAT_EQ(g.attention_scale, 1.0f / 16.0f);
+}
+
+// Gemma 3 scales the queries (not the scores) by 1/sqrt(query_pre_attn_scalar): the head size,
+// except for 27B (62 layers), whose scalar is n_embd / n_heads.
+TEST(ModelConfig, Gemma3ScalesItsQueries) {
+  for (const int32_t layers : {6, 62}) {
+    model::RandomModelSpec spec = model::random_model_preset("tiny-gemma3");
+    spec.n_layers = layers;
+    spec.n_embd = 64, spec.n_heads = 4, spec.head_dim = 8;  // n_embd / n_heads = 16
+    const std::string path = ::testing::TempDir() + "cellm-gemma3-scale-" + std::to_string(layers) + ".gguf";
+    model::write_random_model(spec, path);
+    const ModelConfig c = read_model_config(*gguf::File::open(path));
+    std::remove(path.c_str());
+    EXPECT_TRUE(c.scale_queries);
+    EXPECT_FLOAT_EQ(c.attention_scale, layers == 62 ? 0.25f : 1.0f / std::sqrt(8.0f)) << layers << " layers";
+  }
+  const auto llama = gguf::File::open(test::tiny_model("tiny-llama"));
+  EXPECT_FALSE(read_model_config(*llama).scale_queries);
 }
 
 TEST(ModelConfig, UnknownArchitectureListsTheSupportedOnes) {
