@@ -88,14 +88,19 @@ void CpuBackend::rms_norm(const TensorRef& x, const float* weight, int32_t group
   cpu::rms_norm(pool_, x, weight, group, eps, out);
 }
 
-void CpuBackend::matmul(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) {
-  // A fixed array of parts (place_stacked_weight bounds their number): no allocation per call.
-  std::array<WeightMatrix, kMostStackedParts> parts;
+std::span<const WeightMatrix> CpuBackend::weight_parts(const TensorRef& w,
+                                                       std::array<WeightMatrix, kMostStackedParts>& storage) {
+  // place_stacked_weight bounds the number of parts, so a fixed array holds them.
   const std::span<const TensorRef> pieces =
       w.parts != nullptr ? std::span(w.parts, static_cast<size_t>(w.part_count)) : std::span(&w, 1);
   for (size_t i = 0; i < pieces.size(); ++i)
-    parts[i] = {pieces[i].dtype, pieces[i].data, pieces[i].rows, pieces[i].cols, pieces[i].row_stride};
-  cpu::matmul(pool_, std::span<const WeightMatrix>(parts.data(), pieces.size()), static_cast<const float*>(x.data),
+    storage[i] = {pieces[i].dtype, pieces[i].data, pieces[i].rows, pieces[i].cols, pieces[i].row_stride};
+  return {storage.data(), pieces.size()};
+}
+
+void CpuBackend::matmul(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) {
+  std::array<WeightMatrix, kMostStackedParts> parts;
+  cpu::matmul(pool_, weight_parts(w, parts), static_cast<const float*>(x.data),
               static_cast<int64_t>(x.row_stride / sizeof(float)), x.rows, static_cast<float*>(out.data),
               static_cast<int64_t>(out.row_stride / sizeof(float)), bias, scratch_);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The CPU backend: kernels on a thread pool, weights used in place from the mapped GGUF file,
 // the KV pool in host memory.
+#include <array>
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -13,7 +14,7 @@
 
 namespace cellm::cpu {
 
-class CpuBackend final : public backend::Backend {
+class CpuBackend : public backend::Backend {
  public:
   using TensorRef = backend::TensorRef;
   explicit CpuBackend(int n_threads);  // <= 0: every hardware thread
@@ -47,6 +48,11 @@ class CpuBackend final : public backend::Backend {
 
   ThreadPool& pool() { return pool_; }
   ThreadPool* host_threads() override { return &pool_; }
+
+ protected:
+  // A weight's matrices (several for a stacked weight) in `storage`: no allocation per call.
+  static std::span<const WeightMatrix> weight_parts(const TensorRef& w,
+                                                    std::array<WeightMatrix, kMostStackedParts>& storage);
 
  private:
   ThreadPool pool_;
