@@ -1,6 +1,7 @@
 #include "backend/factory.h"
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/ggml/ggml_backend.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -14,6 +15,14 @@ namespace cellm::backend {
 bool cuda_compiled_in() { return CELLM_HAVE_CUDA != 0; }
 
 std::unique_ptr<Backend> create_backend(const BackendOptions& options) {
+  if (options.numerics != "cellm") {
+    const cpu::ggml::Build build = cpu::ggml::parse_build(options.numerics);
+    if (options.name == "cuda")
+      fail(ErrorCode::InvalidArgument, "--numerics ", options.numerics, " runs on the CPU only (use --backend cpu)");
+    if (options.name != "cpu" && options.name != "auto")
+      fail(ErrorCode::InvalidArgument, "unknown backend '", options.name, "' (choose cpu, cuda or auto)");
+    return std::make_unique<cpu::ggml::GgmlCpuBackend>(options.threads, build);
+  }
   if (options.name == "cpu") return std::make_unique<cpu::CpuBackend>(options.threads);
   if (options.name != "cuda" && options.name != "auto")
     fail(ErrorCode::InvalidArgument, "unknown backend '", options.name, "' (choose cpu, cuda or auto)");

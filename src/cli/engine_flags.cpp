@@ -13,6 +13,12 @@ void EngineFlags::add_to(CLI::App& cmd, bool batch_flags) {
   cmd.add_option("--backend", backend, "cpu, cuda or auto (CUDA when a GPU is present)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
+  cmd.add_option("--numerics", numerics,
+                 "cellm: cellm's arithmetic (same tokens on CPU and GPU, in any batch); ggml, ggml-avx2, "
+                 "ggml-avx512: llama.cpp's CPU arithmetic, bit for bit, as built here / for AVX2 / for AVX-512 "
+                 "(CPU only, slower)")
+      ->check(CLI::IsMember({"cellm", "ggml", "ggml-avx2", "ggml-avx512"}))
+      ->capture_default_str();
   cmd.add_option("-t,--threads", threads, "CPU threads (default: all cores)");
   cmd.add_option("-c,--ctx-size", context, "Context length per session, prompt and output (default: the model's)");
   cmd.add_flag("-v,--verbose", verbose, "Log more about loading and scheduling");
@@ -46,6 +52,7 @@ batching::EngineOptions EngineFlags::to_options() const {
   o.model_path = resolve_model_path(model);
   o.backend.name = backend;
   o.backend.threads = threads;
+  o.backend.numerics = numerics;
   o.executor.max_write = max_step_tokens;
   o.executor.max_decode_batch = std::min(max_step_tokens, 256);
   o.executor.cache.page_cells = kv_page_cells;

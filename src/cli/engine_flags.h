@@ -18,6 +18,7 @@ namespace cellm::cli {
 struct EngineFlags {
   std::string model;
   std::string backend = "auto";
+  std::string numerics = "cellm";
   int threads = 0;
   int32_t context = 0;
   int32_t max_step_tokens = 512;
