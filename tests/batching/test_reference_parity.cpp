@@ -1,7 +1,8 @@
-// Greedy-token parity with the reference GGUF implementation (llama.cpp, through PyPI
-// llama-cpp-python 0.3.16), against tests/data/reference/<model>.json written by
-// scripts/gen-reference-tokens: per default model 20 prompts, llama.cpp's prompt ids (its own
-// rendering of the chat template), its 64 greedy tokens and its top-10 logits before each one.
+// Greedy-token parity of cellm's own numerics with the reference GGUF implementation (llama.cpp,
+// through PyPI llama-cpp-python 0.3.16), against tests/data/reference (reference_data.h): per
+// default model 20 prompts, llama.cpp's prompt ids, its 64 greedy tokens and its top-10 logits
+// before each one. (test_ggml_parity.cpp checks the ggml numerics, which give llama.cpp's tokens
+// exactly.)
 //
 // All 20 prompts of a model run as 20 sequences: each prompt is prefilled alone, then every
 // decode step carries one row per sequence, fed llama.cpp's token of the previous step
@@ -23,13 +24,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "batching/reference_data.h"
 #include "common/test_models.h"
 #include "gguf/file.h"
 #include "runtime/executor.h"
@@ -42,36 +42,15 @@ namespace {
 constexpr float kNearTieGap = 1.5f;  // worst seen: 0.92 (gemma3), from 8-bit requantization drift
 constexpr float kMaxLogitDiff = 3.0f;  // worst seen: 1.95 (smollm2)
 
-struct ReferencePrompt {
-  std::string text, rendered;
-  std::vector<int32_t> prompt_ids, tokens;
-  std::vector<std::vector<int32_t>> top_ids;
-  std::vector<std::vector<float>> top_logits;
-};
+using test::Reference;
+using test::ReferencePrompt;
 
-struct Reference {
-  std::string format;  // "chat" or "raw"
-  std::vector<ReferencePrompt> prompts;
-};
-
-Reference load_reference(const std::string& model) {
-  std::ifstream in(std::string(CELLM_SOURCE_DIR) + "/tests/data/reference/" + model + ".json");
-  if (!in) throw std::runtime_error("missing tests/data/reference/" + model + ".json");
-  const nlohmann::json data = nlohmann::json::parse(in);
-  Reference ref;
-  data.at("format").get_to(ref.format);
-  for (const auto& p : data.at("prompts")) {
-    ReferencePrompt r;
-    p.at("text").get_to(r.text), p.at("rendered").get_to(r.rendered);
-    p.at("prompt_ids").get_to(r.prompt_ids), p.at("tokens").get_to(r.tokens);
-    p.at("top_ids").get_to(r.top_ids), p.at("top_logits").get_to(r.top_logits);
-    ref.prompts.push_back(std::move(r));
-  }
-  return ref;
-}
+// cellm's numerics are compared with the AVX-512 build's run (test_ggml_parity.cpp compares
+// the ggml numerics with both builds).
+Reference load_reference(const std::string& model) { return test::load_reference(model, "avx512"); }
 
 struct ModelCase {
-  const char* name;  // tests/data/reference/<name>.json
+  const char* name;  // tests/data/reference/<name>-<build>.json
   const char* file;
 };
 

@@ -1,7 +1,10 @@
 """`cellm run` answers real questions with the default models (greedy)."""
+import json
 import subprocess
 
 import pytest
+
+from conftest import ROOT
 
 
 def run(cellm_bin, *args, check=True):
@@ -53,3 +56,20 @@ def test_context_past_the_trained_length_is_warned_about(cellm_bin, smollm2):
     assert "20000" in out.stderr and "8192" in out.stderr and "trained" in out.stderr
     out = run(cellm_bin, "-m", str(smollm2), "-p", "x", "-n", "1", "-c", "8192")
     assert "trained" not in out.stderr
+
+
+@pytest.mark.parametrize("build", ["avx512", "avx2"])
+def test_ggml_numerics_write_llama_cpps_text(cellm_bin, gemma3, build):
+    # llama.cpp's own greedy run of this prompt, by its AVX-512 or AVX2 build (the two differ,
+    # and cellm's numerics differ from both).
+    reference = json.loads((ROOT / "tests" / "data" / "reference" / f"gemma3-{build}.json").read_text())
+    prompt = reference["prompts"][2]
+    out = run(cellm_bin, "-m", str(gemma3), "--raw", "--numerics", f"ggml-{build}", "-p", prompt["text"], "-n", "64")
+    assert out.stdout.rstrip("\n") == prompt["output"]
+
+
+def test_ggml_numerics_run_on_the_cpu_only(cellm_bin, smollm2):
+    out = run(cellm_bin, "-m", str(smollm2), "-p", "x", "--numerics", "ggml", "--backend", "cuda", check=False)
+    assert out.returncode != 0 and "CPU only" in out.stderr, out.stderr
+    out = run(cellm_bin, "-m", str(smollm2), "-p", "x", "--numerics", "ggml-neon", check=False)
+    assert out.returncode != 0 and "--numerics" in out.stderr, out.stderr
