@@ -286,6 +286,15 @@ TEST(GgmlBackend, RefusesWhatItCannotReproduce) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("f16"), std::string::npos) << e.what();
   }
+  // A matrix it cannot multiply is refused when the weights are placed, by name.
+  const backend::TensorRef q5_k{weight.data(), DType::Q5_K, 2, 256, 176};
+  try {
+    backend.place_weight(q5_k, "blk.0.ffn_down.weight");
+    FAIL() << "a Q5_K matrix has no ggml-order product here";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.ffn_down.weight"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(backend.place_weight(q5_k, "token_embd.weight"));  // only looked up
   EXPECT_THROW(parse_build("ggml-neon"), Error);
   EXPECT_EQ(parse_build("ggml-avx2"), Build::Avx2);
   EXPECT_EQ(parse_build("ggml-avx512"), Build::Avx512);

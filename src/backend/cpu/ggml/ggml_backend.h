@@ -15,6 +15,9 @@ class GgmlCpuBackend final : public CpuBackend {
   GgmlCpuBackend(int n_threads, Build build);
 
   std::string description() const override;
+  // Refuses at load a quantized matrix whose product has no ggml order here (the embedding
+  // table is only looked up, unless it is also the output matrix: then its first product fails).
+  TensorRef place_weight(const TensorRef& host_weight, const std::string& name) override;
 
   void rms_norm(const TensorRef& x, const float* weight, int32_t group, float eps, const TensorRef& out) override;
   void matmul(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) override;
