@@ -73,6 +73,8 @@ TEST(GgmlProducts, Avx2GivesTheReferenceBits) {
 
     const auto q4_0 = random_blocks<gguf::BlockQ4_0>(rng, kBlocks32);
     EXPECT_EQ(bits(dot_q4_0(q4_0.data(), a8.data(), kBlocks32)), bits(avx2::dot_q4_0(q4_0.data(), a8.data(), kBlocks32)));
+    EXPECT_EQ(bits(dot_q4_0_repacked(q4_0.data(), a8.data(), kBlocks32)),
+              bits(avx2::dot_q4_0_repacked(q4_0.data(), a8.data(), kBlocks32)));
     const auto q4_1 = random_blocks<gguf::BlockQ4_1>(rng, kBlocks32);
     EXPECT_EQ(bits(dot_q4_1(q4_1.data(), a81.data(), kBlocks32)), bits(avx2::dot_q4_1(q4_1.data(), a81.data(), kBlocks32)));
     const auto q5_0 = random_blocks<gguf::BlockQ5_0>(rng, kBlocks32);

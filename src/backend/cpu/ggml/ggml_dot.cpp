@@ -71,6 +71,20 @@ float dot_q4_0(const gguf::BlockQ4_0* x, const gguf::BlockQ8_0* y, int64_t block
   return dot_blocks(x, y, blocks, [](const gguf::BlockQ4_0& b, int8_t* q) { nibbles(b.qs, 8, q); });
 }
 
+float dot_q4_0_repacked(const gguf::BlockQ4_0* x, const gguf::BlockQ8_0* y, int64_t blocks) {
+  float acc = 0;
+  int8_t q[kBlockElements];
+  int32_t lanes[8];
+  for (int64_t b = 0; b < blocks; ++b) {
+    nibbles(x[b].qs, 8, q);
+    lane_sums(q, y[b].qs, lanes);
+    int32_t sum = 0;
+    for (int32_t l : lanes) sum += l;
+    acc = std::fma(static_cast<float>(sum), fp16_to_fp32(x[b].d) * fp16_to_fp32(y[b].d), acc);
+  }
+  return acc;
+}
+
 float dot_q4_1(const gguf::BlockQ4_1* x, const BlockQ8_1* y, int64_t blocks) {
   const float sum = dot_blocks(x, y, blocks, [](const gguf::BlockQ4_1& b, int8_t* q) { nibbles(b.qs, 0, q); });
   return sum + offset_sum(x, y, blocks);

@@ -7,7 +7,8 @@
 // (hsum8). The Q4_K product of a repacked tensor (ggml repacks Q4_K matrices whose row count
 // is a multiple of 8) accumulates exact sums in one float chain instead: one sum per
 // super-block in ggml_gemv_q4_K_8x8_q8_K, one per 64 elements (two sub-blocks) in the 4-row
-// groups of ggml_gemm_q4_K_8x8_q8_K (`in_group`).
+// groups of ggml_gemm_q4_K_8x8_q8_K (`in_group`). A repacked Q4_0 matrix (likewise) sums each
+// 32-element block exactly and accumulates the blocks in one chain, in both of its kernels.
 //
 // These are the reference versions; ggml_dot_avx2.cpp computes the same with AVX2.
 #include <cstdint>
@@ -18,6 +19,7 @@
 namespace cellm::cpu::ggml {
 
 float dot_q4_0(const gguf::BlockQ4_0* x, const gguf::BlockQ8_0* y, int64_t blocks);
+float dot_q4_0_repacked(const gguf::BlockQ4_0* x, const gguf::BlockQ8_0* y, int64_t blocks);
 float dot_q4_1(const gguf::BlockQ4_1* x, const BlockQ8_1* y, int64_t blocks);
 float dot_q5_0(const gguf::BlockQ5_0* x, const gguf::BlockQ8_0* y, int64_t blocks);
 float dot_q5_1(const gguf::BlockQ5_1* x, const BlockQ8_1* y, int64_t blocks);
@@ -33,6 +35,7 @@ float offset_sum(const gguf::BlockQ5_1* x, const BlockQ8_1* y, int64_t blocks);
 // The same products with AVX2 (ggml_dot_avx2.cpp), for processors with AVX2, FMA and F16C.
 namespace avx2 {
 float dot_q4_0(const gguf::BlockQ4_0* x, const gguf::BlockQ8_0* y, int64_t blocks);
+float dot_q4_0_repacked(const gguf::BlockQ4_0* x, const gguf::BlockQ8_0* y, int64_t blocks);
 float dot_q4_1(const gguf::BlockQ4_1* x, const BlockQ8_1* y, int64_t blocks);
 float dot_q5_0(const gguf::BlockQ5_0* x, const gguf::BlockQ8_0* y, int64_t blocks);
 float dot_q5_1(const gguf::BlockQ5_1* x, const BlockQ8_1* y, int64_t blocks);

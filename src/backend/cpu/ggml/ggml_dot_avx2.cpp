@@ -46,6 +46,13 @@ inline __m256i bytes_from_bits(const uint8_t* qh) {
 
 inline __m256i load(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
+// The sum of the eight lanes (exact: integers).
+inline int32_t horizontal_sum(__m256i lanes) {
+  const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+  const __m128i two = _mm_add_epi32(four, _mm_unpackhi_epi64(four, four));
+  return _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 1)));
+}
+
 inline float finish(__m256 acc) {
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, acc);
@@ -75,6 +82,15 @@ float dot_q4_0(const gguf::BlockQ4_0* x, const BlockQ8_0* y, int64_t blocks) {
     acc = accumulate(acc, half(x[b].d) * half(y[b].d), lane_sums_ss(q, load(y[b].qs)));
   }
   return finish(acc);
+}
+
+float dot_q4_0_repacked(const gguf::BlockQ4_0* x, const BlockQ8_0* y, int64_t blocks) {
+  float acc = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256i q = _mm256_sub_epi8(nibbles(x[b].qs), _mm256_set1_epi8(8));
+    acc = std::fma(static_cast<float>(horizontal_sum(lane_sums_ss(q, load(y[b].qs)))), half(x[b].d) * half(y[b].d), acc);
+  }
+  return acc;
 }
 
 float dot_q4_1(const gguf::BlockQ4_1* x, const BlockQ8_1* y, int64_t blocks) {
@@ -159,10 +175,7 @@ float dot_q4_K_repacked(const gguf::BlockQ4_K* x, const BlockQ8_K* y, int64_t bl
       const __m256i high = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), _mm256_set1_epi8(0x0f));
       for (int h = 0; h < 2; ++h) {
         const int s = 2 * c + h;
-        const __m256i lanes = lane_sums_us(h == 0 ? low : high, load(y[b].qs + 32 * s));
-        const __m128i four = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
-        const __m128i two = _mm_add_epi32(four, _mm_unpackhi_epi64(four, four));
-        const int32_t dot = _mm_cvtsi128_si32(_mm_add_epi32(two, _mm_shuffle_epi32(two, 1)));
+        const int32_t dot = horizontal_sum(lane_sums_us(h == 0 ? low : high, load(y[b].qs + 32 * s)));
         const gguf::KScaleMin k = gguf::unpack_k_scale_min(w.scales, s);
         isum += k.scale * dot;
         imin += k.min * (y[b].bsums[2 * s] + y[b].bsums[2 * s + 1]);

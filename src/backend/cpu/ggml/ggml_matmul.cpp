@@ -42,13 +42,15 @@ size_t act_row_bytes(ActType type, int64_t cols) {
   return 0;
 }
 
-// ggml keeps a Q4_K matrix repacked (8 rows interleaved) when its row count allows.
-bool repacked(const WeightMatrix& w) { return w.type == DType::Q4_K && w.rows % 8 == 0; }
+// ggml keeps Q4_0 and Q4_K matrices repacked (8 rows interleaved) when their row count allows
+// (ggml_repack_get_optimal_repack_type, on any CPU with AVX2).
+bool repacked(const WeightMatrix& w) { return (w.type == DType::Q4_K || w.type == DType::Q4_0) && w.rows % 8 == 0; }
 
 // The products of one weight format, the AVX2 ones where the CPU has them (unless
 // CELLM_CPU_ISA=portable asks for the reference code).
 struct Products {
   float (*q4_0)(const gguf::BlockQ4_0*, const BlockQ8_0*, int64_t);
+  float (*q4_0_repacked)(const gguf::BlockQ4_0*, const BlockQ8_0*, int64_t);
   float (*q4_1)(const gguf::BlockQ4_1*, const BlockQ8_1*, int64_t);
   float (*q5_0)(const gguf::BlockQ5_0*, const BlockQ8_0*, int64_t);
   float (*q5_1)(const gguf::BlockQ5_1*, const BlockQ8_1*, int64_t);
@@ -58,9 +60,10 @@ struct Products {
 };
 
 const Products& products() {
-  static const Products reference{dot_q4_0, dot_q4_1, dot_q5_0, dot_q5_1, dot_q8_0, dot_q6_K, dot_q4_K_repacked};
-  static const Products simd{avx2::dot_q4_0, avx2::dot_q4_1, avx2::dot_q5_0,           avx2::dot_q5_1,
-                               avx2::dot_q8_0, avx2::dot_q6_K, avx2::dot_q4_K_repacked};
+  static const Products reference{dot_q4_0, dot_q4_0_repacked, dot_q4_1, dot_q5_0,
+                                  dot_q5_1, dot_q8_0,          dot_q6_K, dot_q4_K_repacked};
+  static const Products simd{avx2::dot_q4_0, avx2::dot_q4_0_repacked, avx2::dot_q4_1, avx2::dot_q5_0,
+                             avx2::dot_q5_1, avx2::dot_q8_0,          avx2::dot_q6_K, avx2::dot_q4_K_repacked};
   static const bool use_avx2 = default_matmul_isa() != MatmulIsa::Portable;
   return use_avx2 ? simd : reference;
 }
@@ -70,7 +73,8 @@ float dot(const Products& p, const WeightMatrix& w, int64_t row, const void* act
   const int64_t blocks32 = cols / gguf::kBlockElements, blocks256 = cols / gguf::kSuperBlockElements;
   switch (w.type) {
     case DType::Q4_0:
-      return p.q4_0(static_cast<const gguf::BlockQ4_0*>(wr), static_cast<const BlockQ8_0*>(act), blocks32);
+      return (repacked(w) ? p.q4_0_repacked : p.q4_0)(static_cast<const gguf::BlockQ4_0*>(wr),
+                                                      static_cast<const BlockQ8_0*>(act), blocks32);
     case DType::Q4_1:
       return p.q4_1(static_cast<const gguf::BlockQ4_1*>(wr), static_cast<const BlockQ8_1*>(act), blocks32);
     case DType::Q5_0:
@@ -150,7 +154,7 @@ void matmul(ThreadPool& pool, std::span<const WeightMatrix> parts, const float* 
   const size_t row_bytes = act_row_bytes(at, cols);
   std::byte* act = buffers.reserve(0, row_bytes * static_cast<size_t>(T));
   // Repacked Q4_K: ggml's 4-row groups (T > 3) quantize with their own rule.
-  const int64_t groups_end = repacked(parts.front()) && T > 3 ? T - T % 4 : 0;
+  const int64_t groups_end = parts.front().type == DType::Q4_K && repacked(parts.front()) && T > 3 ? T - T % 4 : 0;
   quantize_rows(at, x, x_stride, T, cols, act, row_bytes, groups_end);
 
   int64_t total_rows = 0;
