@@ -60,7 +60,8 @@ TEST_P(GgmlParity, GreedyTokensAndLogitsAreLlamaCpps) {
   ASSERT_EQ(avx512_build, std::string(c.build) == "avx512") << ref.system_info;
 
   const auto file = gguf::File::open(path);
-  cpu::ggml::GgmlCpuBackend backend(2, build_of(c.build));
+  // One thread: the results do not depend on it, and CTest runs tests side by side on few cores.
+  cpu::ggml::GgmlCpuBackend backend(1, build_of(c.build));
   runtime::ExecutorOptions options;
   options.max_decode_batch = 1;
   runtime::Executor executor(backend, *file, options);
@@ -136,7 +137,7 @@ TEST(GgmlParity, EveryWeightFormatIsLlamaCpps) {
       ASSERT_EQ(fnv1a64(file_path), c.at("fnv1a64").get<std::string>()) << "not the model llama.cpp ran";
       {
         const auto file = gguf::File::open(file_path);
-        cpu::ggml::GgmlCpuBackend backend(2, build_of(build));
+        cpu::ggml::GgmlCpuBackend backend(1, build_of(build));
         runtime::Executor executor(backend, *file, runtime::ExecutorOptions{});
         const size_t vocab = static_cast<size_t>(executor.vocab_size());
         const kv::SeqId seq = executor.cache().create();
