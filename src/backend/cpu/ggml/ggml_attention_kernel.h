@@ -199,10 +199,9 @@ void attention_rows(Build build, ThreadPool& pool, const backend::TensorRef& q, 
   // llama_kv_cache_unified::get_n_kv: the cells in use rounded up to 32, at least 32.
   const int64_t n_kv = std::max<int64_t>(32, (static_cast<int64_t>(max_pos) + 1 + 31) / 32 * 32);
   const bool one_token = T == 1;
-  std::vector<Scratch> scratch(static_cast<size_t>(pool.size()));
-  pool.parallel_for(T * n_heads, [&](int64_t task, int thread) {
+  pool.parallel_for(T * n_heads, [&](int64_t task, int) {
     const int64_t t = task / n_heads, h = task % n_heads;
-    Scratch& s = scratch[static_cast<size_t>(thread)];
+    thread_local Scratch s;  // kept by each pool thread across calls: no allocation per step
     float* o = out.row<float>(t) + h * hd;
     collect(kv, t, positions[t], s.cells);
     if (s.cells.empty()) {  // a padding row: nothing visible

@@ -2,8 +2,6 @@
 
 #include <array>
 
-#include "core/error.h"
-
 #include "backend/cpu/ggml/ggml_attention.h"
 #include "backend/cpu/ggml/ggml_rows.h"
 
@@ -17,9 +15,7 @@ std::string GgmlCpuBackend::description() const {
 
 backend::TensorRef GgmlCpuBackend::place_weight(const TensorRef& host_weight, const std::string& name) {
   const bool quantized = dtype_info(host_weight.dtype).block_size > 1;
-  if (quantized && !matmul_supports(host_weight.dtype) && name != "token_embd.weight")
-    fail(ErrorCode::Unsupported, "--numerics ggml: llama.cpp's order for ", dtype_name(host_weight.dtype),
-         " weights (", name, ") is not implemented (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K)");
+  if (quantized && name != "token_embd.weight") require_product(host_weight.dtype, name);
   return CpuBackend::place_weight(host_weight, name);
 }
 

@@ -129,10 +129,15 @@ bool matmul_supports(DType type) {
   }
 }
 
-std::byte* MatmulBuffers::reserve(size_t slot, size_t bytes) {
-  if (slots_.size() <= slot) slots_.resize(slot + 1);
-  if (slots_[slot].size() < bytes) slots_[slot].resize(bytes);
-  return slots_[slot].data();
+void require_product(DType type, const std::string& tensor) {
+  if (!matmul_supports(type))
+    fail(ErrorCode::Unsupported, "ggml numerics: llama.cpp's order for ", dtype_name(type), " weights",
+         tensor.empty() ? "" : " (" + tensor + ")", " is not implemented (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K)");
+}
+
+std::byte* MatmulBuffers::reserve(size_t bytes) {
+  if (bytes_.size() < bytes) bytes_.resize(bytes);
+  return bytes_.data();
 }
 
 void matmul(ThreadPool& pool, std::span<const WeightMatrix> parts, const float* x, int64_t x_stride, int64_t T,
@@ -140,9 +145,7 @@ void matmul(ThreadPool& pool, std::span<const WeightMatrix> parts, const float* 
   if (parts.empty() || T <= 0) return;
   const int64_t cols = parts.front().cols;
   const DType type = parts.front().type;
-  if (!matmul_supports(type))
-    fail(ErrorCode::Unsupported, "ggml numerics: llama.cpp's order for ", dtype_name(type),
-         " weights is not implemented (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K)");
+  require_product(type);
   for (const WeightMatrix& w : parts)
     if (w.type == DType::Q4_K && !repacked(w))
       fail(ErrorCode::Unsupported, "ggml numerics: a Q4_K matrix of ", w.rows,
@@ -152,7 +155,7 @@ void matmul(ThreadPool& pool, std::span<const WeightMatrix> parts, const float* 
   if (cols % block != 0)
     fail(ErrorCode::InvalidArgument, "matmul width ", cols, " is not a whole number of ", dtype_name(type), " blocks");
   const size_t row_bytes = act_row_bytes(at, cols);
-  std::byte* act = buffers.reserve(0, row_bytes * static_cast<size_t>(T));
+  std::byte* act = buffers.reserve(row_bytes * static_cast<size_t>(T));
   // Repacked Q4_K: ggml's 4-row groups (T > 3) quantize with their own rule.
   const int64_t groups_end = parts.front().type == DType::Q4_K && repacked(parts.front()) && T > 3 ? T - T % 4 : 0;
   quantize_rows(at, x, x_stride, T, cols, act, row_bytes, groups_end);

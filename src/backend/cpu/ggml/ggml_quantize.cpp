@@ -11,12 +11,6 @@ namespace {
 using gguf::kBlockElements;
 using gguf::kSuperBlockElements;
 
-// _mm256_round_ps(v, _MM_ROUND_NEAREST) then _mm256_cvtps_epi32 and the saturating packs.
-int8_t round_saturate(float v) {
-  const float r = std::nearbyint(v);  // ties to even in the default rounding mode
-  return static_cast<int8_t>(std::clamp(r, -128.0f, 127.0f));
-}
-
 // The AVX2 block quantizer of Q8_0 and Q8_1: d = max|x| / 127, codes round(x * 127 / max|x|).
 // Returns d before its rounding to fp16 and the sum of the codes (Q8_1 keeps d * sum).
 struct BlockScale {
@@ -33,9 +27,11 @@ BlockScale quantize_block(const float* x, Block& y) {
   const float id = amax != 0.0f ? 127.f / amax : 0.0f;
   int32_t sum = 0;
   for (int i = 0; i < kBlockElements; ++i) {
-    // The sum is of the 32-bit codes before the saturating packs, as hsum_i32_8 takes them.
-    sum += static_cast<int32_t>(std::nearbyint(x[i] * id));
-    y.qs[i] = round_saturate(x[i] * id);
+    // _mm256_round_ps (ties to even, the default rounding mode), _mm256_cvtps_epi32, then the
+    // saturating packs; the sum is of the 32-bit codes before the packs, as hsum_i32_8 takes them.
+    const float code = std::nearbyint(x[i] * id);
+    sum += static_cast<int32_t>(code);
+    y.qs[i] = static_cast<int8_t>(std::clamp(code, -128.0f, 127.0f));
   }
   return {d, sum};
 }

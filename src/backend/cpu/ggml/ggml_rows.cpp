@@ -47,7 +47,8 @@ void rope(ThreadPool& pool, const backend::TensorRef& x, const int32_t* position
   const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(n_dims));
   for_each_row(pool, x.rows, [&](int64_t t) {
     // ggml_rope_cache_init: one cos/sin pair per rotated pair of dimensions.
-    std::vector<float> cache(static_cast<size_t>(n_dims));
+    thread_local std::vector<float> cache;
+    cache.resize(static_cast<size_t>(n_dims));
     float theta = static_cast<float>(positions[t]);
     for (int i = 0; i < n_dims; i += 2) {
       const float angle = p.freq_scale * theta;
