@@ -12,6 +12,7 @@
 #include "batching/report.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/json_file.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -150,11 +151,7 @@ int run_batch(const BatchFlags& flags) {
            " tok/s), ", report["steps"]["total"].get<int64_t>(), " forwards, peak ",
            report["kv"]["peak_live_cells"].get<int64_t>(), " live cells in ", report["kv"]["rows"].get<int64_t>(),
            " rows");
-  if (!flags.report.empty()) {
-    std::ofstream out(flags.report);
-    if (!out) fail(ErrorCode::Io, "cannot write report '", flags.report, "'");
-    out << report.dump(2) << "\n";
-  }
+  if (!flags.report.empty()) write_json_file(flags.report, report);
   return failed > 0 ? 1 : 0;
 }
 

@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "batching/bench.h"
 #include "batching/bench_report.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/json_file.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -74,13 +74,6 @@ void print_table(batching::Engine& engine, const batching::BenchResult& result) 
   std::fflush(stdout);
 }
 
-void write_json(const nlohmann::json& report, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) fail(ErrorCode::Io, "cannot write '", path, "'");
-  out << report.dump(2) << "\n";
-  if (!out.flush()) fail(ErrorCode::Io, "writing '", path, "' failed");
-}
-
 // The project's .venv python (which scripts/bootstrap fills with tests/py/requirements.txt,
 // matplotlib included) when there is one, else python3 from PATH.
 std::string plot_python(const std::filesystem::path& source_dir) {
@@ -114,13 +107,13 @@ int run_bench(const BenchFlags& flags) {
   const batching::BenchResult result = batching::run_benchmark(engine, config);
   print_table(engine, result);
   const nlohmann::json report = batching::bench_json(engine, result);
-  if (!flags.json_path.empty()) write_json(report, flags.json_path);
+  if (!flags.json_path.empty()) write_json_file(flags.json_path, report);
   if (!flags.plot_path.empty()) {
     std::string json_path = flags.json_path;
     const bool temporary = json_path.empty();
     if (temporary) {
       json_path = (std::filesystem::temp_directory_path() / ("cellm-bench-" + std::to_string(::getpid()) + ".json")).string();
-      write_json(report, json_path);
+      write_json_file(json_path, report);
     }
     try {
       plot(json_path, flags.plot_path);

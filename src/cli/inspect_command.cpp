@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/json_file.h"
 #include "cli/default_model.h"
 #include "core/error.h"
 #include "gguf/file.h"
@@ -154,7 +155,7 @@ void add_inspect_command(CLI::App& app, CommandAction& action) {
     action = [opts] {
       const auto file = gguf::File::open(resolve_model_path(opts->model));
       const nlohmann::json j = describe(*file);
-      if (opts->json) std::printf("%s\n", j.dump(2).c_str());
+      if (opts->json) std::printf("%s\n", json_text(j, 2).c_str());
       else print_text(j);
       return 0;
     };
