@@ -111,45 +111,54 @@ TEST(CudaPerf, GemvModelShapes) {
   }
 }
 
+// The KV heads of llama3-8b (8 x 128, group 4) and of SmolLM2, the default model (3 x 64, group
+// 3), whose one-row attention was 37% of a decode step (kernel trace, stop 20).
+struct AttentionShape {
+  int32_t n_kv, hd, group;
+};
+
 TEST(CudaPerf, AttentionDecodeThroughput) {
   CELLM_REQUIRE_GPU(gpu);
   if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
-  const int32_t n_kv = 8, hd = 128, group = 4, P = 16;
-  const size_t row_stride = size_t{2} * n_kv * hd * 2;  // this layer's K and V
-  for (int32_t context : {64, 640, 2048, 8192, 32768}) {
-    for (int32_t rows : {1, 8, 64}) {
-      const int32_t pages_per_row = context / P;
-      const int64_t pool_rows = int64_t{pages_per_row} * P * rows;
-      DeviceBuffer pool(gpu, static_cast<size_t>(pool_rows) * row_stride);
-      cudaMemsetAsync(pool.data(), 0, static_cast<size_t>(pool_rows) * row_stride, gpu.stream());
-      std::vector<int32_t> cell_pos(static_cast<size_t>(pool_rows)), page_rows, pages, positions;
-      for (int32_t r = 0; r < rows; ++r) {
-        page_rows.push_back(static_cast<int32_t>(pages.size()));
-        for (int32_t p = 0; p < pages_per_row; ++p) {
-          const int32_t page = r * pages_per_row + p;
-          pages.push_back(page);
-          for (int32_t s = 0; s < P; ++s) cell_pos[static_cast<size_t>(page * P + s)] = p * P + s;
+  const int32_t P = 16;
+  for (const AttentionShape shape : {AttentionShape{8, 128, 4}, AttentionShape{3, 64, 3}}) {
+    const int32_t n_kv = shape.n_kv, hd = shape.hd, group = shape.group;
+    const size_t row_stride = size_t{2} * n_kv * hd * 2;  // this layer's K and V
+    for (int32_t context : {64, 640, 2048, 8192, 32768}) {
+      for (int32_t rows : {1, 8, 64}) {
+        const int32_t pages_per_row = context / P;
+        const int64_t pool_rows = int64_t{pages_per_row} * P * rows;
+        DeviceBuffer pool(gpu, static_cast<size_t>(pool_rows) * row_stride);
+        cudaMemsetAsync(pool.data(), 0, static_cast<size_t>(pool_rows) * row_stride, gpu.stream());
+        std::vector<int32_t> cell_pos(static_cast<size_t>(pool_rows)), page_rows, pages, positions;
+        for (int32_t r = 0; r < rows; ++r) {
+          page_rows.push_back(static_cast<int32_t>(pages.size()));
+          for (int32_t p = 0; p < pages_per_row; ++p) {
+            const int32_t page = r * pages_per_row + p;
+            pages.push_back(page);
+            for (int32_t s = 0; s < P; ++s) cell_pos[static_cast<size_t>(page * P + s)] = p * P + s;
+          }
+          positions.push_back(context - 1);
         }
-        positions.push_back(context - 1);
+        page_rows.push_back(static_cast<int32_t>(pages.size()));
+        DeviceBuffer d_cell_pos(gpu, cell_pos), d_page_rows(gpu, page_rows), d_pages(gpu, pages), d_pos(gpu, positions);
+        const int64_t q_cols = int64_t{n_kv} * group * hd;
+        const Rows q = random_rows(rows, q_cols, 3);
+        DeviceBuffer d_q(gpu, q.values), d_out(gpu, q.values.size() * sizeof(float));
+        const backend::PagedKv kv{pool.data(), pool.as<char>() + n_kv * hd * 2, row_stride, DType::F16, n_kv, hd, 0, P,
+                                  d_cell_pos.as<int32_t>(), d_page_rows.as<int32_t>(), d_pages.as<int32_t>()};
+        const auto attend = [&] {
+          gpu.attention(Rows::device_ref(d_q, rows, q_cols), kv, d_pos.as<int32_t>(), 0.08f,
+                        Rows::device_ref(d_out, rows, q_cols));
+        };
+        gpu.begin_forward(rows);  // the launches of a decode step of this width
+        const double ms = time_ms(gpu, 20, attend);
+        const double graph_ms = graph_time_ms(gpu, 20, attend);  // a decode step's view: no host launch cost
+        const double kv_bytes = static_cast<double>(pool_rows) * row_stride;
+        std::printf("[ perf ] attention rows=%-3d context=%-6d kv heads %d x %d, group %d: stream %8.4f ms  "
+                    "graph %8.4f ms  KV %7.1f GB/s\n",
+                    rows, context, n_kv, hd, group, ms, graph_ms, kv_bytes / graph_ms / 1e6);
       }
-      page_rows.push_back(static_cast<int32_t>(pages.size()));
-      DeviceBuffer d_cell_pos(gpu, cell_pos), d_page_rows(gpu, page_rows), d_pages(gpu, pages), d_pos(gpu, positions);
-      const int64_t q_cols = int64_t{n_kv} * group * hd;
-      const Rows q = random_rows(rows, q_cols, 3);
-      DeviceBuffer d_q(gpu, q.values), d_out(gpu, q.values.size() * sizeof(float));
-      const backend::PagedKv kv{pool.data(), pool.as<char>() + n_kv * hd * 2, row_stride, DType::F16, n_kv, hd, 0, P,
-                                d_cell_pos.as<int32_t>(), d_page_rows.as<int32_t>(), d_pages.as<int32_t>()};
-      const auto attend = [&] {
-        gpu.attention(Rows::device_ref(d_q, rows, q_cols), kv, d_pos.as<int32_t>(), 0.08f,
-                      Rows::device_ref(d_out, rows, q_cols));
-      };
-      gpu.begin_forward(rows);  // the launches of a decode step of this width
-      const double ms = time_ms(gpu, 20, attend);
-      const double graph_ms = graph_time_ms(gpu, 20, attend);  // a decode step's view: no host launch cost
-      const double kv_bytes = static_cast<double>(pool_rows) * row_stride;
-      std::printf("[ perf ] attention rows=%-3d context=%-6d kv heads %d x %d, group %d: stream %8.4f ms  graph %8.4f ms  "
-                  "KV %7.1f GB/s\n",
-                  rows, context, n_kv, hd, group, ms, graph_ms, kv_bytes / graph_ms / 1e6);
     }
   }
 }
