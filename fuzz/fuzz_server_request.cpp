@@ -13,11 +13,11 @@
 #include <string>
 #include <string_view>
 
+#include "batching/json_text.h"
 #include "batching/sampler.h"
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/completion_request.h"
-#include "server/sse.h"
 #include "support/check.h"
 #include "support/input.h"
 
@@ -43,7 +43,7 @@ void check_refusal(const ApiError& e) {
   FUZZ_CHECK(e.status() == 400 && e.type() == "invalid_request_error", "refused with ", e.status(), " ", e.type());
   FUZZ_CHECK(e.param() || std::string_view(e.what()).starts_with("the request body"), "unnamed field: ", e.what());
   // What the HTTP layer sends: it must be JSON whatever bytes the message quotes.
-  const std::string text = cellm::server::to_json_text(e.body());
+  const std::string text = cellm::batching::json_text(e.body());
   FUZZ_CHECK(nlohmann::json::accept(text), "the error body is not JSON: ", text);
 }
 

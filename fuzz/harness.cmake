@@ -5,11 +5,12 @@
 set(CELLM_FUZZ_TARGETS fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_server_request)
 set(CELLM_FUZZ_DIR ${CMAKE_CURRENT_LIST_DIR})
 # fuzz_server_request needs only the request parser of src/server/ (and the sampler's check of
-# what it parses), not cellm_server, which links the whole engine: its sources are compiled in,
-# over cellm_core alone (no models, no support library).
+# what it parses, and the JSON text of its error bodies), not cellm_server, which links the
+# whole engine: its sources are compiled in, over cellm_core alone (no models, no support
+# library).
 set(CELLM_FUZZ_SOURCES_fuzz_server_request
     ${PROJECT_SOURCE_DIR}/src/server/completion_request.cpp ${PROJECT_SOURCE_DIR}/src/server/api_error.cpp
-    ${PROJECT_SOURCE_DIR}/src/server/sse.cpp ${PROJECT_SOURCE_DIR}/src/batching/sampler.cpp
+    ${PROJECT_SOURCE_DIR}/src/batching/json_text.cpp ${PROJECT_SOURCE_DIR}/src/batching/sampler.cpp
     ${PROJECT_SOURCE_DIR}/src/batching/token_filter.cpp)
 set(CELLM_FUZZ_LIBS_fuzz_server_request cellm_core nlohmann_json::nlohmann_json)
 

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "batching/json_text.h"
 #include "cli/commands.h"
-#include "cli/json_file.h"
 #include "cli/default_model.h"
 #include "core/error.h"
 #include "gguf/file.h"
@@ -155,7 +155,7 @@ void add_inspect_command(CLI::App& app, CommandAction& action) {
     action = [opts] {
       const auto file = gguf::File::open(resolve_model_path(opts->model));
       const nlohmann::json j = describe(*file);
-      if (opts->json) std::printf("%s\n", json_text(j, 2).c_str());
+      if (opts->json) std::printf("%s\n", batching::json_text(j, 2).c_str());
       else print_text(j);
       return 0;
     };

@@ -1,14 +1,12 @@
 #include "server/sse.h"
 
-namespace cellm::server {
+#include "batching/json_text.h"
 
-std::string to_json_text(const nlohmann::json& value) {
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+namespace cellm::server {
 
 std::string sse_event(const nlohmann::json& data) {
   std::string event = "data: ";
-  event += to_json_text(data);
+  event += batching::json_text(data);
   event += "\n\n";
   return event;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "batching/json_text.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "server/auth.h"
@@ -26,7 +27,7 @@ const char* const kJson = "application/json";
 void write_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status();
   if (e.retry_after_seconds() > 0) res.set_header("Retry-After", std::to_string(e.retry_after_seconds()));
-  res.set_content(to_json_text(e.body()), kJson);
+  res.set_content(batching::json_text(e.body()), kJson);
 }
 
 // Requests per route; anything else is one label, so strangers cannot grow the metrics.
@@ -123,13 +124,13 @@ void HttpServer::add_routes() {
   }));
   http_.Get("/v1/models", guarded([this](const httplib::Request& req, httplib::Response& res) {
     check_auth(req);
-    res.set_content(to_json_text(models_response(service_.model_id(), started_)), kJson);
+    res.set_content(batching::json_text(models_response(service_.model_id(), started_)), kJson);
   }));
   http_.Get("/health", guarded([this](const httplib::Request&, httplib::Response& res) {
     // While draining, a load balancer should send new work elsewhere.
     const bool up = service_.accepting();
     res.status = up ? 200 : 503;
-    res.set_content(to_json_text({{"status", up ? "ok" : "shutting down"}}), kJson);
+    res.set_content(batching::json_text({{"status", up ? "ok" : "shutting down"}}), kJson);
   }));
   http_.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.render(engine_.runner().metrics()), "text/plain; version=0.0.4; charset=utf-8");
@@ -145,7 +146,7 @@ void HttpServer::add_routes() {
     } else if (res.status == 413) {
       message = str_cat("the request body is larger than ", kMaxBodyBytes, " bytes");
     }
-    res.set_content(to_json_text(error_body("invalid_request_error", message, std::nullopt, code)), kJson);
+    res.set_content(batching::json_text(error_body("invalid_request_error", message, std::nullopt, code)), kJson);
     return httplib::Server::HandlerResponse::Handled;
   }));
   http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
@@ -225,7 +226,7 @@ void HttpServer::answer_whole(const Generation& generation, const ResponseHead& 
     return;
   }
   if (std::optional<ApiError> error = generation_error(*result)) throw *error;
-  res.set_content(to_json_text(completion_response(head, result->text, *openai_finish_reason(result->finish_reason),
+  res.set_content(batching::json_text(completion_response(head, result->text, *openai_finish_reason(result->finish_reason),
                                                    usage_of(*result))),
                   kJson);
 }
