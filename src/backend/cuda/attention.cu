@@ -385,33 +385,37 @@ constexpr float kSkipChunk = -1.0f;   // l_c = 0: no visible cell
 constexpr float kFirstChunk = -2.0f;  // the first visible chunk: o = o_c
 
 // The last split block: the row's chunks folded in order (attention_order.h) from the
-// workspace, for the block's heads. What is sequential about the fold is cheap: the running
-// max is a chain of fmaxf and the running sum a chain of three operations per chunk. So, for
-// kFoldBatch chunks at a time: their (m_c, l_c) are loaded at once, one thread per head chains
-// the maxima, every thread computes some of the factors expf(m - m'), expf(m_c - m') (two glibc
-// expf each, the costly part), one thread per head chains the sum, and every output folds its
-// o_c with the factors, kFoldLoads loads in flight at a time. Reads with __ldcg: other blocks
-// wrote them.
+// workspace, for the block's heads, kFoldBatch chunks at a time. The running max before each
+// chunk is a prefix maximum (fmaxf is exact in any order): a warp per head scans it over its
+// lanes, a chunk per lane, and each lane computes its chunk's factors expf(m - m'),
+// expf(m_c - m') (two glibc expf, the costly part) beside the others. The running sum and the
+// outputs, whose roundings make them sequential, then run as chains in registers in every
+// thread that owns outputs of the head, the factors read at once. (Clock stamps, SmolLM2's
+// shape, one row: with one thread per head chaining the maxima and the sums through shared
+// memory the fold took ~5900 cycles at 640 cells and ~9700 at 2048, ~950 and ~2300 of them for
+// the maxima; with every thread computing all factors itself the expf chain cost as much.)
+// Reads with __ldcg: other blocks wrote them.
 template <int kHeadSlots, int kCols>
 __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, const Place& p, int n_chunks) {
-  constexpr int kFoldBatch = kChunk / 4;
+  constexpr int kFoldBatch = 32;  // a chunk per lane
   constexpr int kFoldLoads = 16;
-  static_assert(kFoldBatch % kFoldLoads == 0);
+  static_assert(kFoldBatch % kFoldLoads == 0 && 4 * kFoldBatch <= kChunk);
   const int hd = a.head_dim, heads = p.heads;
-  // [heads][kFoldBatch] each, in s.w (heads * kChunk floats): m_c then the factor a (or a
-  // marker), l_c, the running max before the chunk, then the factor b.
-  float* fa = s.w;
-  float* fl = s.w + heads * kFoldBatch;
-  float* fm = s.w + 2 * heads * kFoldBatch;
-  float* fb = s.w + 3 * heads * kFoldBatch;
-  float o[kHeadSlots][kCols] = {};
-  // A thread of few outputs asks for their first kFoldLoads o_c together with the (m_c, l_c):
-  // one trip to L2 instead of two before the fold (clock stamps per phase, llama3-8b's shape,
-  // one row at 640 cells: the fold was the last block's longest phase, ~2.9 us).
-  constexpr bool kEarly = kHeadSlots * kCols <= 2;
-  float early[kEarly ? kHeadSlots : 1][kEarly ? kCols : 1][kFoldLoads];
+  // [heads][kFoldBatch] each, in s.w (heads * kChunk floats): l_c, then the factors a (or a
+  // marker) and b. s.max[h] / s.sum[h]: the running max after the last batch and 1 once a
+  // visible chunk came.
+  float* fl = s.w;
+  float* fa = s.w + heads * kFoldBatch;
+  float* fb = s.w + 2 * heads * kFoldBatch;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float o[kHeadSlots][kCols] = {}, l[kHeadSlots] = {};
+  bool started[kHeadSlots] = {};
   for (int c0 = 0; c0 < n_chunks; c0 += kFoldBatch) {
     const int n = min(kFoldBatch, n_chunks - c0);
+    // A thread of few outputs asks for its first kFoldLoads o_c now, one trip to L2 with the
+    // (m_c, l_c) below instead of two.
+    constexpr bool kEarly = kHeadSlots * kCols <= 2;
+    float early[kEarly ? kHeadSlots : 1][kEarly ? kCols : 1][kFoldLoads];
     if constexpr (kEarly) {
       for_each_owned<kHeadSlots, kCols>(m, heads, [&](int k, int c, int h, int col) {
         const float* base = slot_of(a, p.t, p.h0 + h, c0) + col;
@@ -420,80 +424,94 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
           early[k][c][u] = __ldcg(base + static_cast<size_t>(min(u, n - 1)) * (hd + 2));
       });
     }
-    for (int i = threadIdx.x; i < heads * n; i += kThreads) {
-      const float* slot = slot_of(a, p.t, p.h0 + i / n, c0 + i % n);
-      fa[(i / n) * kFoldBatch + i % n] = __ldcg(slot + hd);
-      fl[(i / n) * kFoldBatch + i % n] = __ldcg(slot + hd + 1);
-    }
-    __syncthreads();
-    for (int h = threadIdx.x; h < heads; h += kThreads) {  // the maxima: s.max[h] is m after the last batch
-      bool any = c0 > 0 && s.sum[h] != 0.0f;
-      float mx = any ? s.max[h] : 0.0f;
-      for (int c = 0; c < n; ++c) {
-        const int at = h * kFoldBatch + c;
-        if (fl[at] == 0.0f) {
-          fb[at] = kSkipChunk;
-        } else if (!any) {
-          mx = fa[at], any = true;
-          fb[at] = kFirstChunk;
-        } else {
-          fm[at] = mx;
-          fb[at] = 0.0f;  // a folded chunk
-          mx = fmaxf(mx, fa[at]);
-        }
-      }
-      s.max[h] = mx;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < heads * n; i += kThreads) {  // the factors, as fold_step
-      const int at = (i / n) * kFoldBatch + i % n;
-      if (fb[at] == 0.0f) {
-        const FoldStep f = fold_step(fm[at], fa[at]);
-        fa[at] = f.a, fb[at] = f.b;
-      } else {
-        fa[at] = fb[at];  // the marker
-      }
-    }
-    __syncthreads();
-    for (int h = threadIdx.x; h < heads; h += kThreads) {  // the sums
-      float l = c0 > 0 ? s.sum[h] : 0.0f;
-      for (int c = 0; c < n; ++c) {
-        const int at = h * kFoldBatch + c;
-        if (fa[at] == kFirstChunk) l = fl[at];
-        else if (fa[at] != kSkipChunk) l = FoldStep{fa[at], fb[at], 0.0f}(l, fl[at]);
-      }
-      s.sum[h] = l;
-    }
-    for_each_owned<kHeadSlots, kCols>(m, heads, [&](int k, int c, int h, int col) {
-      float v = o[k][c];
-      const float* base = slot_of(a, p.t, p.h0 + h, c0) + col;
-      for (int i = 0; i < n; i += kFoldLoads) {
-        float oc[kFoldLoads];
+    for (int h = warp; h < heads; h += kWarps) {
+      const bool mine = lane < n;
+      const float2 ml = mine ? __ldcg(reinterpret_cast<const float2*>(slot_of(a, p.t, p.h0 + h, c0 + lane) + hd))
+                             : make_float2(0.0f, 0.0f);  // (m_c, l_c); 8-byte aligned: hd and hd + 2 are even
+      const bool visible = mine && ml.y != 0.0f;
+      // Inclusive scan of (any visible chunk, max m_c over them) over the lanes, with the state
+      // of the batches before.
+      bool any = visible;
+      float mx = ml.x;
 #pragma unroll
-        for (int u = 0; u < kFoldLoads; ++u) {  // past n: the batch's last chunk again, unused
-          if constexpr (kEarly) {
-            if (i == 0) {
-              oc[u] = early[k][c][u];
-              continue;
+      for (int d = 1; d < 32; d *= 2) {
+        const bool any_up = __shfl_up_sync(0xffffffffu, any, d);
+        const float mx_up = __shfl_up_sync(0xffffffffu, mx, d);
+        if (lane >= d && any_up) mx = any ? fmaxf(mx, mx_up) : mx_up, any = true;
+      }
+      const bool before_any = c0 > 0 && s.sum[h] != 0.0f;
+      const float before_max = before_any ? s.max[h] : 0.0f;
+      // The running max before this lane's chunk: the scan's lanes below, after the batches before.
+      bool prev_any = __shfl_up_sync(0xffffffffu, any, 1);
+      float prev_max = __shfl_up_sync(0xffffffffu, mx, 1);
+      if (lane == 0) prev_any = false;
+      if (before_any) prev_max = prev_any ? fmaxf(before_max, prev_max) : before_max, prev_any = true;
+      float fac_a = kSkipChunk, fac_b = 0.0f;
+      if (visible && !prev_any) {
+        fac_a = kFirstChunk;
+      } else if (visible) {
+        const FoldStep f = fold_step(prev_max, ml.x);
+        fac_a = f.a, fac_b = f.b;
+      }
+      if (mine) {
+        fl[h * kFoldBatch + lane] = ml.y;
+        fa[h * kFoldBatch + lane] = fac_a;
+        fb[h * kFoldBatch + lane] = fac_b;
+      }
+      // The state after the batch: lane 31's scan (lanes past n add nothing) after the batches before.
+      const bool batch_any = __shfl_sync(0xffffffffu, any, 31);
+      const float batch_max = __shfl_sync(0xffffffffu, mx, 31);
+      __syncwarp();  // every lane has read s.max[h] and s.sum[h]
+      if (lane == 0) {
+        s.max[h] = batch_any ? (before_any ? fmaxf(before_max, batch_max) : batch_max) : before_max;
+        s.sum[h] = batch_any || before_any ? 1.0f : 0.0f;
+      }
+    }
+    __syncthreads();
+    // The sum and the outputs, chunk by chunk in order, in registers.
+#pragma unroll
+    for (int k = 0; k < kHeadSlots; ++k) {
+      if (!m.owns(k, heads)) continue;
+      const int h = m.head(k);
+      for (int i = 0; i < n; i += kFoldLoads) {
+        float oc[kCols][kFoldLoads];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+#pragma unroll
+          for (int u = 0; u < kFoldLoads; ++u) {  // past n: the batch's last chunk again, unused
+            if constexpr (kEarly) {
+              if (i == 0) {
+                oc[c][u] = early[k][c][u];
+                continue;
+              }
             }
+            oc[c][u] = c < m.cols ? __ldcg(slot_of(a, p.t, p.h0 + h, c0 + min(i + u, n - 1)) + m.col + c * kThreads) : 0.0f;
           }
-          oc[u] = __ldcg(base + static_cast<size_t>(min(i + u, n - 1)) * (hd + 2));
         }
 #pragma unroll
         for (int u = 0; u < kFoldLoads; ++u) {
           if (i + u >= n) break;
-          const float fac = fa[h * kFoldBatch + i + u];
-          if (fac == kFirstChunk) v = oc[u];
-          else if (fac != kSkipChunk) v = FoldStep{fac, fb[h * kFoldBatch + i + u], 0.0f}(v, oc[u]);
+          const int at = h * kFoldBatch + i + u;
+          const float fac = fa[at], l_c = fl[at];
+          if (fac == kFirstChunk) {
+            l[k] = l_c;
+#pragma unroll
+            for (int c = 0; c < kCols; ++c) o[k][c] = oc[c][u];
+            started[k] = true;
+          } else if (fac != kSkipChunk) {
+            const FoldStep f{fac, fb[at], 0.0f};
+            l[k] = f(l[k], l_c);
+#pragma unroll
+            for (int c = 0; c < kCols; ++c) o[k][c] = f(o[k][c], oc[c][u]);
+          }
         }
       }
-      o[k][c] = v;
-    });
-    __syncthreads();  // the factors are rewritten by the next batch; s.sum is complete
+    }
+    __syncthreads();  // the factors and s.max / s.sum are rewritten by the next batch
   }
   float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
   for_each_owned<kHeadSlots, kCols>(m, heads, [&](int k, int c, int h, int col) {
-    out_row[h * hd + col] = s.sum[h] != 0.0f ? __fdiv_rn(o[k][c], s.sum[h]) : 0.0f;
+    out_row[h * hd + col] = started[k] ? __fdiv_rn(o[k][c], l[k]) : 0.0f;
   });
 }
 
