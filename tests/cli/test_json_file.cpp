@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/expect_error.h"
 #include "core/error.h"
 
 namespace cellm::cli {
@@ -26,13 +27,8 @@ TEST(JsonFile, WritesTheReportAndANewlineEvenWithTextThatIsNotUtf8) {
 }
 
 TEST(JsonFile, AnUnwritablePathIsAnIoErrorThatNamesIt) {
-  try {
-    write_json_file("/nonexistent-dir/report.json", nlohmann::json::object());
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::Io);
-    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/report.json"), std::string::npos) << e.what();
-  }
+  expect_error(ErrorCode::Io, "/nonexistent-dir/report.json",
+               [] { write_json_file("/nonexistent-dir/report.json", nlohmann::json::object()); });
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include "gguf/dequantize.h"
 #include "gguf/quant_blocks.h"
 #include "gguf/quant_k_scales.h"
-#include "test_quant_support.h"
+#include "common/expect_error.h"
 
 namespace cellm::gguf {
 namespace {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "common/expect_error.h"
 #include "core/error.h"
 #include "matmul_test_support.h"
 
@@ -47,13 +48,8 @@ TEST(StackedWeight, JoiningForABackendThatKeepsHostPointersFails) {
   const auto joined = test::random_weights(DType::Q8_0, 8, 64, 5);
   const std::vector<TensorRef> parts = {ref_of(joined.matrix, 0, 4), ref_of(joined.matrix, 4, 4)};
   CpuBackend cpu(1);  // its place_weight uses host memory in place: the staging would dangle
-  try {
-    backend::place_joined_copy(cpu, parts, "gate+up");
-    FAIL() << "accepted a placement into a buffer about to be freed";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::Internal);
-    EXPECT_NE(std::string(e.what()).find("gate+up"), std::string::npos) << e.what();
-  }
+  // A placement into a buffer about to be freed is refused.
+  expect_error(ErrorCode::Internal, "gate+up", [&] { backend::place_joined_copy(cpu, parts, "gate+up"); });
 }
 
 }  // namespace

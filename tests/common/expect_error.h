@@ -1,12 +1,13 @@
 #pragma once
-// Shared by the quantization tests.
+// For tests of any layer: the check that a call fails with a cellm::Error of a given code whose
+// message names what went wrong.
 #include <gtest/gtest.h>
 
 #include <string_view>
 
 #include "core/error.h"
 
-namespace cellm::gguf {
+namespace cellm {
 
 // Runs `call`, expecting a cellm::Error of `code` whose message names `fragment`.
 template <typename Call>
@@ -20,4 +21,4 @@ void expect_error(ErrorCode code, std::string_view fragment, Call call) {
   }
 }
 
-}  // namespace cellm::gguf
+}  // namespace cellm
