@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/expect_error.h"
 #include "core/error.h"
 #include "gguf/file.h"
 #include "gguf/writer.h"
@@ -117,20 +118,8 @@ TEST(GgufReader, HonoursGeneralAlignment) {
 TEST(GgufReader, TypedGettersNameTheKey) {
   const auto bytes = sample_writer().to_bytes();
   const auto f = File::parse(bytes, "sample");
-  try {
-    f->get_uint("missing.key");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::NotFound);
-    EXPECT_NE(std::string(e.what()).find("missing.key"), std::string::npos);
-  }
-  try {
-    f->get_string("u32");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::Format);
-    EXPECT_NE(std::string(e.what()).find("'u32' is uint32, expected a string"), std::string::npos) << e.what();
-  }
+  expect_error(ErrorCode::NotFound, "missing.key", [&] { f->get_uint("missing.key"); });
+  expect_error(ErrorCode::Format, "'u32' is uint32, expected a string", [&] { f->get_string("u32"); });
   EXPECT_THROW(f->get_uint("i8"), Error);  // negative into unsigned
   EXPECT_THROW(f->get_int("u64"), Error);  // does not fit int64
   EXPECT_THROW(f->get_string_array("scores"), Error);
@@ -276,13 +265,7 @@ TEST(GgufReader, RefusesDeepNesting) {
 }
 
 TEST(GgufReader, MissingFileIsNotFound) {
-  try {
-    File::open("/nonexistent/model.gguf");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::NotFound);
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/model.gguf"), std::string::npos);
-  }
+  expect_error(ErrorCode::NotFound, "/nonexistent/model.gguf", [] { File::open("/nonexistent/model.gguf"); });
 }
 
 }  // namespace

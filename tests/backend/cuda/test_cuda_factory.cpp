@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/factory.h"
+#include "common/expect_error.h"
 #include "cuda_test_support.h"
 
 namespace cellm::cuda::testing {
@@ -27,13 +28,7 @@ TEST(CudaFactory, PicksTheGpuWhenThereIsOne) {
 TEST(CudaFactory, WithoutAGpuCudaIsRefusedAndAutoUsesTheCpu) {
   const DeviceInfo info = query_device(0);
   if (info.available) GTEST_SKIP() << "a GPU is present";
-  try {
-    backend::create_backend(options("cuda"));
-    ADD_FAILURE() << "--backend cuda succeeded without a GPU";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::Unsupported);
-    EXPECT_NE(std::string(e.what()).find(info.reason), std::string::npos) << e.what();
-  }
+  expect_error(ErrorCode::Unsupported, info.reason, [] { backend::create_backend(options("cuda")); });
   EXPECT_EQ(backend::create_backend(options("auto"))->name(), "cpu");
 }
 
