@@ -136,7 +136,8 @@ TEST_P(ExecutorOnTinyModels, RefusesBadSteps) {
   const std::vector<kv::SeqId> one(1, seq);
   const std::vector<int32_t> pos0 = {0};
   const std::vector<int32_t> bad_token = {f.executor.vocab_size()};
-  expect_error(ErrorCode::InvalidArgument, "outside the vocabulary", [&] { f.executor.run({bad_token, pos0, one, rows}); });
+  expect_error(ErrorCode::InvalidArgument, "outside the vocabulary",
+               [&] { f.executor.run({bad_token, pos0, one, rows}); });
   const std::vector<int32_t> token = {1}, pos5 = {5};
   EXPECT_THROW(f.executor.run({token, pos5, one, rows}), Error);  // not the next position
   const std::vector<int32_t> nine(9, 1), nine_pos = {0, 1, 2, 3, 4, 5, 6, 7, 8};

@@ -286,7 +286,8 @@ TEST(GgmlBackend, RefusesWhatItCannotReproduce) {
   expect_error(ErrorCode::Unsupported, "f16", [&] { backend.matmul(in, f16_weight, nullptr, out); });
   // A matrix it cannot multiply is refused when the weights are placed, by name.
   const backend::TensorRef q5_k{weight.data(), DType::Q5_K, 2, 256, 176};
-  expect_error(ErrorCode::Unsupported, "blk.0.ffn_down.weight", [&] { backend.place_weight(q5_k, "blk.0.ffn_down.weight"); });
+  expect_error(ErrorCode::Unsupported, "blk.0.ffn_down.weight",
+               [&] { backend.place_weight(q5_k, "blk.0.ffn_down.weight"); });
   EXPECT_NO_THROW(backend.place_weight(q5_k, "token_embd.weight"));  // only looked up
   EXPECT_THROW(parse_build("ggml-neon"), Error);
   EXPECT_EQ(parse_build("ggml-avx2"), Build::Avx2);
