@@ -12,7 +12,9 @@
 // before it reads anything another kernel writes and before it writes anything (another kernel
 // may still read it). wait_for_inputs() returns once the previous kernel has completed and its
 // memory is visible; since that kernel waited for its own predecessor, the whole stream order
-// holds. Only data no kernel ever writes (weights, tables built at load) may be read before it.
+// holds. Only data no kernel ever writes may be read before it: weights, tables built at load,
+// and the step's buffers the host uploads (tokens, positions, cells, page lists, the cell
+// table), whose copies the stream orders before the step's first kernel.
 #include <cuda_runtime.h>
 
 #include <utility>

@@ -32,26 +32,26 @@ struct RopeArgs {
   const float2* table;  // [kRopeTablePositions][half] or null
 };
 
-// Rotates pair p (head p / half, pair p % half) of row t in place; returns the pair's two
-// columns within the head and their new values.
+// The cosine and sine of pair i of row t. Reads only the uploaded positions and the table
+// built at load, so the kernels find it before wait_for_inputs, while the kernel ahead ends.
+__device__ __forceinline__ float2 angle_of(const RopeArgs& a, int t, int i) {
+  const int32_t pos = a.positions[t];
+  if (a.table != nullptr && pos >= 0 && pos < kRopeTablePositions) return a.table[static_cast<size_t>(pos) * a.half + i];
+  float theta = __fmul_rn(static_cast<float>(pos), a.freq_scale);
+  for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, a.theta_scale);
+  return make_float2(static_cast<float>(cos(static_cast<double>(theta))),
+                     static_cast<float>(sin(static_cast<double>(theta))));
+}
+
+// Rotates pair p (head p / half, pair p % half) of row t in place by cs = angle_of(a, t, p %
+// half); returns the pair's two columns within the head and their new values.
 struct Rotated {
   int head, ia, ib;
   float a, b;
 };
-__device__ __forceinline__ Rotated rotate_pair(const RopeArgs& a, int t, int p) {
+__device__ __forceinline__ Rotated rotate_pair(const RopeArgs& a, int t, int p, float2 cs) {
   const int h = p / a.half, i = p % a.half;
-  const int32_t pos = a.positions[t];
-  float c, s;
-  if (a.table != nullptr && pos >= 0 && pos < kRopeTablePositions) {
-    const float2 cs = a.table[static_cast<size_t>(pos) * a.half + i];
-    c = cs.x;
-    s = cs.y;
-  } else {
-    float theta = __fmul_rn(static_cast<float>(pos), a.freq_scale);
-    for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, a.theta_scale);
-    c = static_cast<float>(cos(static_cast<double>(theta)));
-    s = static_cast<float>(sin(static_cast<double>(theta)));
-  }
+  const float c = cs.x, s = cs.y;
   float* head = a.x + t * a.stride + static_cast<size_t>(h) * a.head_dim;
   Rotated r{h, a.interleaved ? 2 * i : i, a.interleaved ? 2 * i + 1 : i + a.half, 0.0f, 0.0f};
   const float x0 = head[r.ia], x1 = head[r.ib];
@@ -66,9 +66,11 @@ __device__ __forceinline__ Rotated rotate_pair(const RopeArgs& a, int t, int p) 
 // blocks, so no thread walks a row's pairs one global load after another.
 __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
   allow_next_kernel();
-  wait_for_inputs();
   const int p = blockIdx.x * kThreads + threadIdx.x;
-  if (p < a.n_heads * a.half) rotate_pair(a, blockIdx.y, p);
+  const bool rotates = p < a.n_heads * a.half;
+  const float2 cs = rotates ? angle_of(a, blockIdx.y, p % a.half) : float2{};
+  wait_for_inputs();
+  if (rotates) rotate_pair(a, blockIdx.y, p, cs);
 }
 
 // Where the fused kernel stores K and V: x's heads k_head0 .. k_head0 + k_heads - 1 are K.
@@ -88,13 +90,14 @@ struct KvArgs {
 // element; padding rows (cells[t] < 0) rotate and store nothing, as kv_store_kernel.
 __global__ void __launch_bounds__(kThreads) rope_kv_store_kernel(RopeArgs a, KvArgs kv) {
   allow_next_kernel();
-  wait_for_inputs();
   const int t = blockIdx.y;
   const int p = blockIdx.x * kThreads + threadIdx.x;
   const int pairs = a.n_heads * a.half;
-  const int32_t cell = kv.cells[t];
+  const int32_t cell = kv.cells[t];  // uploaded, as the angle: both before the wait
+  const float2 cs = p < pairs ? angle_of(a, t, p % a.half) : float2{};
+  wait_for_inputs();
   if (p < pairs) {
-    const Rotated r = rotate_pair(a, t, p);
+    const Rotated r = rotate_pair(a, t, p, cs);
     const int kh = r.head - kv.k_head0;
     if (cell < 0 || kh < 0 || kh >= kv.k_heads) return;
     char* dst = kv.k_pool + static_cast<size_t>(cell) * kv.pool_stride;
