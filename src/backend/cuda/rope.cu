@@ -32,19 +32,22 @@ struct RopeArgs {
   const float2* table;  // [kRopeTablePositions][half] or null
 };
 
-// The cosine and sine of pair i of row t. Reads only the uploaded positions and the table
-// built at load, so the kernels find it before wait_for_inputs, while the kernel ahead ends.
-__device__ __forceinline__ float2 angle_of(const RopeArgs& a, int t, int i) {
+// The cosine and sine that rotate pair p (head p / half, pair p % half) of row t. Reads only the
+// uploaded positions and the table built at load, so the kernels find it before
+// wait_for_inputs, while the kernel ahead ends.
+__device__ __forceinline__ float2 angle_of(const RopeArgs& a, int t, int p) {
+  const int i = p % a.half;
   const int32_t pos = a.positions[t];
-  if (a.table != nullptr && pos >= 0 && pos < kRopeTablePositions) return a.table[static_cast<size_t>(pos) * a.half + i];
+  if (a.table != nullptr && pos >= 0 && pos < kRopeTablePositions)
+    return a.table[static_cast<size_t>(pos) * a.half + i];
   float theta = __fmul_rn(static_cast<float>(pos), a.freq_scale);
   for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, a.theta_scale);
   return make_float2(static_cast<float>(cos(static_cast<double>(theta))),
                      static_cast<float>(sin(static_cast<double>(theta))));
 }
 
-// Rotates pair p (head p / half, pair p % half) of row t in place by cs = angle_of(a, t, p %
-// half); returns the pair's two columns within the head and their new values.
+// Rotates pair p of row t in place by cs = angle_of(a, t, p); returns the pair's two columns
+// within the head and their new values.
 struct Rotated {
   int head, ia, ib;
   float a, b;
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
   allow_next_kernel();
   const int p = blockIdx.x * kThreads + threadIdx.x;
   const bool rotates = p < a.n_heads * a.half;
-  const float2 cs = rotates ? angle_of(a, blockIdx.y, p % a.half) : float2{};
+  const float2 cs = rotates ? angle_of(a, blockIdx.y, p) : float2{};
   wait_for_inputs();
   if (rotates) rotate_pair(a, blockIdx.y, p, cs);
 }
@@ -94,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_store_kernel(RopeArgs a, KvA
   const int p = blockIdx.x * kThreads + threadIdx.x;
   const int pairs = a.n_heads * a.half;
   const int32_t cell = kv.cells[t];  // uploaded, as the angle: both before the wait
-  const float2 cs = p < pairs ? angle_of(a, t, p % a.half) : float2{};
+  const float2 cs = p < pairs ? angle_of(a, t, p) : float2{};
   wait_for_inputs();
   if (p < pairs) {
     const Rotated r = rotate_pair(a, t, p, cs);
