@@ -222,16 +222,25 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
   s.cell[threadIdx.x] = cell;
   if (__syncthreads_or(cell >= 0) == 0) return false;
 
-  // The first V stage starts to arrive while the scores are computed.
-  const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;  // 16-byte pieces per V row
+  // The first V stage starts to arrive while the scores are computed. A thread copies one 16-byte
+  // piece of every cells_per_pass-th cell, so its piece and first cell cost one division per
+  // chunk, where they cost a division and a remainder per copy.
+  static_assert(kAttentionMaxHeadDim * sizeof(float) / 16 <= kThreads, "a thread per piece of a V row");
+  const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;  // 16-byte pieces per V row, <= kThreads
+  const int cells_per_pass = kThreads / row_vecs;
+  const int piece = threadIdx.x % row_vecs, first_cell = threadIdx.x / row_vecs;
+  const char* v_piece = a.v + head_offset + 16 * piece;
   auto stage_v = [&](int s0) {
     const int n = min(a.stage_cells, kChunk - s0);
-    for (int i = threadIdx.x; i < n * row_vecs; i += kThreads) {
-      const int pool_row = s.cell[s0 + i / row_vecs];
-      if (pool_row >= 0)
-        exact::cp_async16(s.v + i, a.v + static_cast<size_t>(pool_row) * a.row_stride + head_offset + 16 * (i % row_vecs));
-      else
-        s.v[i] = make_uint4(0, 0, 0, 0);  // weight 0 times +0 adds nothing: no branch per cell below
+    if (first_cell < cells_per_pass) {
+      for (int c = first_cell; c < n; c += cells_per_pass) {
+        const int pool_row = s.cell[s0 + c];
+        uint4* to = s.v + c * row_vecs + piece;
+        if (pool_row >= 0)
+          exact::cp_async16(to, v_piece + static_cast<size_t>(pool_row) * a.row_stride);
+        else
+          *to = make_uint4(0, 0, 0, 0);  // weight 0 times +0 adds nothing: no branch per cell below
+      }
     }
     exact::cp_async_commit();
   };
@@ -282,22 +291,37 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
     __syncthreads();
     const int n = min(a.stage_cells, kChunk - s0);
     // Cells that are not visible have e = 0 and a zeroed staged row: fma(0, 0, o) is o, the
-    // same bits as skipping them, and the loop needs no branch: its loads batch up, eight
-    // cells' ahead of their multiply-adds (four left the chain waiting on shared memory).
-#pragma unroll 8
-    for (int c = 0; c < n; ++c) {
-      const char* v_row = reinterpret_cast<const char*>(s.v) + static_cast<size_t>(c) * hd * sizeof(E);
-      float v[kCols];
+    // same bits as skipping them, and the loop needs no branch. The staged rows are walked with
+    // a pointer and, for few head slots, the weights read four cells at a time (n is a multiple
+    // of 8): a cell is then a load, a conversion and the adds, where a 64-bit offset per cell
+    // had doubled the loop's instructions. Eight cells' loads batch up ahead of their
+    // multiply-adds (four left the chain waiting on shared memory).
+    constexpr bool kWeightsByFour = kHeadSlots <= 4;  // more would hold 4 * kHeadSlots registers
+    const char* v_row = reinterpret_cast<const char*>(s.v);
+    const int v_row_bytes = hd * static_cast<int>(sizeof(E));
+#pragma unroll 2
+    for (int c0 = 0; c0 < n; c0 += 4) {
+      float4 w4[kWeightsByFour ? kHeadSlots : 1];
+      if constexpr (kWeightsByFour) {
 #pragma unroll
-      for (int x = 0; x < kCols; ++x) v[x] = value_at<E>(v_row, col_of[x]);
+        for (int k = 0; k < kHeadSlots; ++k) w4[k] = *reinterpret_cast<const float4*>(w_of[k] + s0 + c0);
+      }
 #pragma unroll
-      for (int k = 0; k < kHeadSlots; ++k) {
-        const float w = w_of[k][s0 + c];
-        l[k] = __fadd_rn(l[k], w);
+      for (int u = 0; u < 4; ++u, v_row += v_row_bytes) {
+        float v[kCols];
 #pragma unroll
-        for (int x = 0; x < kCols; ++x) {
-          if constexpr (std::is_same_v<E, __half>) o[k][x] = __fmaf_rn(w, v[x], o[k][x]);
-          else o[k][x] = __fadd_rn(o[k][x], __fmul_rn(w, v[x]));
+        for (int x = 0; x < kCols; ++x) v[x] = value_at<E>(v_row, col_of[x]);
+#pragma unroll
+        for (int k = 0; k < kHeadSlots; ++k) {
+          float w;
+          if constexpr (kWeightsByFour) w = u == 0 ? w4[k].x : u == 1 ? w4[k].y : u == 2 ? w4[k].z : w4[k].w;
+          else w = w_of[k][s0 + c0 + u];
+          l[k] = __fadd_rn(l[k], w);
+#pragma unroll
+          for (int x = 0; x < kCols; ++x) {
+            if constexpr (std::is_same_v<E, __half>) o[k][x] = __fmaf_rn(w, v[x], o[k][x]);
+            else o[k][x] = __fadd_rn(o[k][x], __fmul_rn(w, v[x]));
+          }
         }
       }
     }
@@ -515,9 +539,11 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
   });
 }
 
-// kHeadSlots >= head_slots(heads_per_block, head_dim), kCols == column_count(head_dim).
+// kHeadSlots >= head_slots(heads_per_block, head_dim), kCols == column_count(head_dim). The
+// kernels of few outputs per thread (every decode shape) are held to 128 registers, four
+// blocks per SM: left free they took 151 and a one-row grid ran a wave more.
 template <typename E, int kHeadSlots, int kCols>
-__global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, kHeadSlots * kCols <= 2 ? 4 : 1) attention_kernel(Args a) {
   allow_next_kernel();
   prefetch_read_only(libm::exp2f_table_data(), libm::kExp2fTableBytes);  // for the chunks' expf
   wait_for_inputs();
