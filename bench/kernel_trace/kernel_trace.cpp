@@ -12,7 +12,10 @@
 // Environment: CELLM_KERNEL_TRACE=graph (default: kernels replayed from CUDA graphs, i.e. decode
 // steps; one graph launch is one step) or all (every kernel; one step per stream
 // synchronization is not known here, so all of them count as one step); CELLM_KERNEL_TRACE_JSON=
-// FILE writes the same table as JSON.
+// FILE writes the same table as JSON; CELLM_KERNEL_TRACE_TIMELINE=FILE writes the mean step as
+// a timeline (JSON): each kernel in start order, with its start and end after the step's start
+// and its share of the critical path, averaged over the steps of the most common kernel count
+// (a graph replays the same sequence, so position i is the same kernel in each of them).
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -96,6 +99,45 @@ struct NameCost {
   size_t count = 0;
 };
 
+// The mean step of the steps with the most common kernel count, kernel by kernel (the file named
+// by CELLM_KERNEL_TRACE_TIMELINE).
+void write_timeline(std::map<uint32_t, std::vector<const KernelSpan*>>& steps, const char* path) {
+  std::map<size_t, size_t> by_count;
+  for (auto& [id, list] : steps) ++by_count[list.size()];
+  const size_t count = std::max_element(by_count.begin(), by_count.end(), [](auto& a, auto& b) {
+                         return a.second < b.second;
+                       })->first;
+  struct Sum {
+    double start = 0, end = 0, critical = 0;
+  };
+  std::vector<Sum> sums(count);
+  double used = 0;
+  for (auto& [id, list] : steps) {  // sorted by start in report()
+    if (list.size() != count) continue;
+    used += 1;
+    const uint64_t t0 = list.front()->start;
+    uint64_t latest_end = t0;
+    for (size_t i = 0; i < count; ++i) {
+      const KernelSpan* s = list[i];
+      sums[i].start += static_cast<double>(s->start - t0);
+      sums[i].end += static_cast<double>(s->end - t0);
+      sums[i].critical += s->end > latest_end ? static_cast<double>(s->end - latest_end) : 0.0;
+      latest_end = std::max(latest_end, s->end);
+    }
+  }
+  nlohmann::json kernels = nlohmann::json::array();
+  const std::vector<const KernelSpan*>& first = std::find_if(steps.begin(), steps.end(), [&](auto& e) {
+                                                  return e.second.size() == count;
+                                                })->second;
+  for (size_t i = 0; i < count; ++i)
+    kernels.push_back({{"kernel", first[i]->name},
+                       {"start_us", sums[i].start / used / 1e3},
+                       {"end_us", sums[i].end / used / 1e3},
+                       {"critical_us", sums[i].critical / used / 1e3}});
+  std::ofstream(path) << nlohmann::json{{"steps", used}, {"kernels_per_step", count}, {"kernels", kernels}}.dump(1)
+                      << "\n";
+}
+
 void report() {
   cuptiActivityFlushAll(1);
   std::lock_guard<std::mutex> lock(spans_mutex);
@@ -155,6 +197,7 @@ void report() {
                        {"kernels", table}};
     std::ofstream(path) << out.dump(2) << "\n";
   }
+  if (const char* path = std::getenv("CELLM_KERNEL_TRACE_TIMELINE")) write_timeline(steps, path);
 }
 
 }  // namespace
