@@ -94,6 +94,14 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
   std::free(buffer);
 }
 
+// A kernel's share of its step's critical path: how far its end lies past the latest end of the
+// kernels that started before it (latest_end, which this advances), the gap before it included.
+double critical_share_ns(const KernelSpan& s, uint64_t& latest_end) {
+  const double share = s.end > latest_end ? static_cast<double>(s.end - latest_end) : 0.0;
+  latest_end = std::max(latest_end, s.end);
+  return share;
+}
+
 struct NameCost {
   double critical_ns = 0, busy_ns = 0;  // summed over steps
   size_t count = 0;
@@ -101,7 +109,7 @@ struct NameCost {
 
 // The mean step of the steps with the most common kernel count, kernel by kernel (the file named
 // by CELLM_KERNEL_TRACE_TIMELINE).
-void write_timeline(std::map<uint32_t, std::vector<const KernelSpan*>>& steps, const char* path) {
+void write_timeline(const std::map<uint32_t, std::vector<const KernelSpan*>>& steps, const char* path) {
   std::map<size_t, size_t> by_count;
   for (auto& [id, list] : steps) ++by_count[list.size()];
   const size_t count = std::max_element(by_count.begin(), by_count.end(), [](auto& a, auto& b) {
@@ -112,25 +120,23 @@ void write_timeline(std::map<uint32_t, std::vector<const KernelSpan*>>& steps, c
   };
   std::vector<Sum> sums(count);
   double used = 0;
+  const std::vector<const KernelSpan*>* named = nullptr;  // a step of that count: the kernels' names
   for (auto& [id, list] : steps) {  // sorted by start in report()
     if (list.size() != count) continue;
     used += 1;
+    named = &list;
     const uint64_t t0 = list.front()->start;
     uint64_t latest_end = t0;
     for (size_t i = 0; i < count; ++i) {
       const KernelSpan* s = list[i];
       sums[i].start += static_cast<double>(s->start - t0);
       sums[i].end += static_cast<double>(s->end - t0);
-      sums[i].critical += s->end > latest_end ? static_cast<double>(s->end - latest_end) : 0.0;
-      latest_end = std::max(latest_end, s->end);
+      sums[i].critical += critical_share_ns(*s, latest_end);
     }
   }
   nlohmann::json kernels = nlohmann::json::array();
-  const std::vector<const KernelSpan*>& first = std::find_if(steps.begin(), steps.end(), [&](auto& e) {
-                                                  return e.second.size() == count;
-                                                })->second;
   for (size_t i = 0; i < count; ++i)
-    kernels.push_back({{"kernel", first[i]->name},
+    kernels.push_back({{"kernel", (*named)[i]->name},
                        {"start_us", sums[i].start / used / 1e3},
                        {"end_us", sums[i].end / used / 1e3},
                        {"critical_us", sums[i].critical / used / 1e3}});
@@ -155,10 +161,9 @@ void report() {
     uint64_t latest_end = list.front()->start;
     for (const KernelSpan* s : list) {
       NameCost& c = costs[s->name];
-      c.critical_ns += s->end > latest_end ? static_cast<double>(s->end - latest_end) : 0.0;
+      c.critical_ns += critical_share_ns(*s, latest_end);
       c.busy_ns += static_cast<double>(s->end - s->start);
       ++c.count;
-      latest_end = std::max(latest_end, s->end);
     }
     step_spans.push_back(static_cast<double>(latest_end - list.front()->start));
     kernels += static_cast<double>(list.size());
