@@ -103,7 +103,9 @@ TEST(Runner, CancellingOneLeavesTheOthersUnchanged) {
   Engine e("tiny-gemma3", {.max_sessions = 4});
   Results res;
   const GenerationRequest a = request(1, 9, 40), b = request(2, 12, 40);
-  std::promise<void> started;
+  // a's first token holds the engine thread until the cancel is in, so the engine sees it before
+  // a's next step (else, on a busy machine, a tiny model could finish all 40 tokens first).
+  std::promise<void> started, cancel_sent;
   bool signalled = false;
   GenerationCallbacks cb = res.callbacks();
   auto on_token = cb.on_token;
@@ -112,12 +114,14 @@ TEST(Runner, CancellingOneLeavesTheOthersUnchanged) {
     if (!signalled) {
       signalled = true;
       started.set_value();
+      cancel_sent.get_future().wait();
     }
   };
   const GenerationId ida = e.runner.submit(a, cb);
   const GenerationId idb = e.runner.submit(b, res.callbacks());
   started.get_future().wait();
   e.runner.cancel(ida);
+  cancel_sent.set_value();
   const GenerationResult ra = res.wait(ida), rb = res.wait(idb);
   EXPECT_EQ(ra.finish_reason, FinishReason::Cancelled);
   EXPECT_LT(ra.tokens.size(), 40u);
