@@ -19,10 +19,19 @@
 // scores are computed) and each thread sums, cell by cell, its (head, dimension) outputs, one
 // V value for all the heads it owns the column for. Cells that are not visible are never
 // loaded (free cells and stale rows may hold anything, NaN included).
+//
+// Decode steps of few rows take the staged kernel instead: one wave of blocks (a group of
+// kThreads threads per query head, a few heads of one KV head per block), each staging its
+// chunk's K and V rows in shared memory. Being one wave it starts while the kernels ahead of it
+// run (kernel_launch.cuh), and before its wait it already finds its chunk's cells and sends for
+// the rows of those its step does not write, so that after the wait only the query and the
+// step's own new cells are a trip away. H200, decode step of one row at ~570 cells (kernel
+// trace): llama3-8b's shape 13.7 -> 10.0 us a call, SmolLM2's 9.7 -> 7.5.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <type_traits>
 
 #include "backend/attention_order.h"
@@ -43,6 +52,18 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kStageBytes = 32 * 1024;  // V rows staged in shared memory at a time
 constexpr int kMaxSlots = 64;     // split blocks per (row, heads)
 constexpr int kBlocksPerSm = 4;   // splitting stops once the grid reaches this many blocks per SM
+// The staged kernel (attention_kernel): at most this many query heads per block (a group of
+// kThreads threads each), and the split slots its shape aims at (a row of 2048 cells in one
+// pass) and the fewest it takes (fewer fold long contexts in too long chains).
+constexpr int kStagedMaxGroups = 8;
+constexpr int kStagedTargetSlots = 16;
+constexpr int kStagedMinSlots = 8;
+
+// A block is one group of kThreads threads for the query heads it serves (the staged kernel has
+// a group per head, sharing the staged rows of their KV head). A thread's place in its group is
+// its list entry in a chunk and its output column.
+__device__ __forceinline__ int group_thread() { return static_cast<int>(threadIdx.x) % kThreads; }
+__device__ __forceinline__ int head_group() { return static_cast<int>(threadIdx.x) / kThreads; }
 
 struct Args {
   const float* q;
@@ -67,6 +88,14 @@ struct Args {
   unsigned* arrivals;  // split: per (row, first head of a block) the blocks done so far, 0 between launches
   int max_chunks;   // chunk slots per (row, head) in `partials`
   int stage_cells;  // cells whose V rows are staged at a time (divides kChunk)
+  // The staged kernel (attention_kernel<..., kStagedGroups > 0>): K rows staged too, k_row_bytes apart (a
+  // row and 16 bytes, so eight threads reading their rows' same 16 bytes hit different banks)
+  // from k_stage_offset bytes of shared memory; fresh_span: how many of a row's newest
+  // positions this launch's step may have written (its rows), whose cells are copied only
+  // after the wait.
+  int k_row_bytes;
+  int k_stage_offset;
+  int fresh_span;
 };
 
 // Bytes of shared memory before the staged V rows, rounded up so they are 16-byte aligned.
@@ -137,7 +166,8 @@ __device__ __forceinline__ void scores_of(const float* q, const char* k_row, int
 }
 
 // Shared memory of a block: the block's query heads, the chunk's weights, per-head scalars, the
-// chunk's cells and the staged V rows.
+// chunk's cells and the staged V rows. A head group sees the per-head arrays from its own
+// heads on.
 struct Shared {
   float* q;          // [heads][hd]
   float* w;          // [heads][kChunk]: scores, then e_j; the fold's factors after the last chunk
@@ -145,20 +175,25 @@ struct Shared {
   float* chunk_sum;  // [heads] l_c
   float* max;        // [heads] running m (in place)
   float* sum;        // [heads] running l (in place)
-  int* cell;         // [kChunk] pool row of each entry, -1 if absent or not visible
+  int* cell;         // [kChunk] pool row of each entry, -1 if absent or not visible (entry_cell)
   uint4* v;          // [stage_cells][V row]
+  char* k;           // staged kernel: [kChunk][k_row_bytes] K rows
 };
 
-__device__ __forceinline__ Shared carve(unsigned char* smem, int heads, int hd) {
+__device__ __forceinline__ Shared carve(unsigned char* smem, int heads, int hd, int k_stage_offset, int first_head) {
   Shared s;
-  s.q = reinterpret_cast<float*>(smem);
-  s.w = s.q + heads * hd;
-  s.chunk_max = s.w + heads * kChunk;
-  s.chunk_sum = s.chunk_max + heads;
-  s.max = s.chunk_sum + heads;
-  s.sum = s.max + heads;
-  s.cell = reinterpret_cast<int*>(s.sum + heads);
+  float* q = reinterpret_cast<float*>(smem);
+  float* w = q + heads * hd;
+  float* chunk_max = w + heads * kChunk;
+  s.q = q + first_head * hd;
+  s.w = w + first_head * kChunk;
+  s.chunk_max = chunk_max + first_head;
+  s.chunk_sum = chunk_max + heads + first_head;
+  s.max = chunk_max + 2 * heads + first_head;
+  s.sum = chunk_max + 3 * heads + first_head;
+  s.cell = reinterpret_cast<int*>(chunk_max + 4 * heads);
   s.v = reinterpret_cast<uint4*>(smem + staging_offset(heads, hd));
+  s.k = reinterpret_cast<char*>(smem + k_stage_offset);
   return s;
 }
 
@@ -176,9 +211,9 @@ struct Outputs {
 __device__ __forceinline__ Outputs outputs_of(int hd) {
   Outputs m;
   if (hd <= kThreads) {
-    m.col = threadIdx.x % hd, m.cols = 1, m.head0 = threadIdx.x / hd, m.head_step = kThreads / hd;
+    m.col = group_thread() % hd, m.cols = 1, m.head0 = group_thread() / hd, m.head_step = kThreads / hd;
   } else {
-    m.col = threadIdx.x, m.cols = threadIdx.x + kThreads < hd ? 2 : 1, m.head0 = 0, m.head_step = 1;
+    m.col = group_thread(), m.cols = group_thread() + kThreads < hd ? 2 : 1, m.head0 = 0, m.head_step = 1;
   }
   return m;
 }
@@ -202,6 +237,107 @@ __host__ __device__ constexpr int head_slots(int heads, int hd) {
 }
 __host__ __device__ constexpr int column_count(int hd) { return hd <= kThreads ? 1 : 2; }
 
+// This thread's list entry of `chunk` of row t (at position pos): the entry's pool row if its
+// cell is visible, -1 if it is absent or not visible, and -2 - row for a visible cell at or past
+// fresh_from (one the step may be writing now: copied only after the wait).
+__device__ __forceinline__ int entry_cell(const Args& a, int t, int32_t pos, int chunk, int n_entries,
+                                          int32_t fresh_from) {
+  const int lin = chunk * kChunk + group_thread();
+  if (lin >= n_entries) return -1;
+  const int c = a.pages[a.page_rows[t] + lin / a.page_size] * a.page_size + lin % a.page_size;
+  const int32_t cp = a.cell_pos[c];
+  if (cp > pos || (a.window != 0 && cp <= pos - a.window)) return -1;
+  return cp >= fresh_from ? -2 - c : c;
+}
+
+// m_c per head (exact in any order), then e_j = expf(s_j - m_c) in place of the scores in s.w,
+// 0 where this thread's entry is not visible.
+__device__ __forceinline__ void chunk_weights(const Shared& s, int heads, bool visible) {
+  const int warp = group_thread() / 32, lane = group_thread() % 32;
+  for (int h = warp; h < heads; h += kWarps) {
+    float mx = -INFINITY;
+    for (int i = lane; i < kChunk; i += 32) mx = fmaxf(mx, s.w[h * kChunk + i]);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, offset));
+    if (lane == 0) s.chunk_max[h] = mx;
+  }
+  __syncthreads();
+  for (int h = 0; h < heads; ++h) {
+    float& w = s.w[h * kChunk + group_thread()];
+    w = visible ? libm::expf_glibc(__fsub_rn(w, s.chunk_max[h])) : 0.0f;
+  }
+  __syncthreads();
+}
+
+// o_c and l_c of a chunk whose weights are in s.w: the visible cells' V rows, staged, summed in
+// cell order; a column's V value is loaded once for all the heads the thread owns it for. l_c
+// rides along: every thread sums its heads' e_j in cell order (adding the zeros of absent cells
+// changes nothing) and the owner of a head's column 0 stores it - a second chain beside the V
+// sums instead of one thread per head walking the chunk before them.
+template <typename E, int kHeadSlots, int kCols>
+struct ChunkSums {
+  const float* w_of[kHeadSlots];
+  float l[kHeadSlots];
+  int col_of[kCols];
+
+  __device__ __forceinline__ ChunkSums(const Shared& s, const Outputs& m, int heads, float (&o)[kHeadSlots][kCols]) {
+#pragma unroll
+    for (int k = 0; k < kHeadSlots; ++k) {
+      w_of[k] = s.w + (m.owns(k, heads) ? m.head(k) : 0) * kChunk;  // not owned: computed on head 0, unstored
+      l[k] = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) o[k][c] = 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) col_of[c] = c < m.cols ? m.col + c * kThreads : m.col;  // past head_dim: unstored
+  }
+
+  // Cells [s0, s0 + n) of the chunk, whose V rows are staged from v_rows on (n a multiple of 8).
+  // Cells that are not visible have e = 0 and a zeroed staged row: fma(0, 0, o) is o, the same
+  // bits as skipping them, and the loop needs no branch. The staged rows are walked with a
+  // pointer and, for few head slots, the weights read four cells at a time: a cell is then a
+  // load, a conversion and the adds, where a 64-bit offset per cell had doubled the loop's
+  // instructions. Eight cells' loads batch up ahead of their multiply-adds (four left the chain
+  // waiting on shared memory).
+  __device__ __forceinline__ void add(const void* v_rows, int hd, int s0, int n, float (&o)[kHeadSlots][kCols]) {
+    constexpr bool kWeightsByFour = kHeadSlots <= 4;  // more would hold 4 * kHeadSlots registers
+    const char* v_row = static_cast<const char*>(v_rows);
+    const int v_row_bytes = hd * static_cast<int>(sizeof(E));
+#pragma unroll 2
+    for (int c0 = 0; c0 < n; c0 += 4) {
+      float4 w4[kWeightsByFour ? kHeadSlots : 1];
+      if constexpr (kWeightsByFour) {
+#pragma unroll
+        for (int k = 0; k < kHeadSlots; ++k) w4[k] = *reinterpret_cast<const float4*>(w_of[k] + s0 + c0);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u, v_row += v_row_bytes) {
+        float v[kCols];
+#pragma unroll
+        for (int x = 0; x < kCols; ++x) v[x] = value_at<E>(v_row, col_of[x]);
+#pragma unroll
+        for (int k = 0; k < kHeadSlots; ++k) {
+          float w;
+          if constexpr (kWeightsByFour) w = u == 0 ? w4[k].x : u == 1 ? w4[k].y : u == 2 ? w4[k].z : w4[k].w;
+          else w = w_of[k][s0 + c0 + u];
+          l[k] = __fadd_rn(l[k], w);
+#pragma unroll
+          for (int x = 0; x < kCols; ++x) {
+            if constexpr (std::is_same_v<E, __half>) o[k][x] = __fmaf_rn(w, v[x], o[k][x]);
+            else o[k][x] = __fadd_rn(o[k][x], __fmul_rn(w, v[x]));
+          }
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store_sums(const Shared& s, const Outputs& m, int heads) const {
+#pragma unroll
+    for (int k = 0; k < kHeadSlots; ++k)
+      if (m.owns(k, heads) && m.col == 0) s.chunk_sum[m.head(k)] = l[k];
+  }
+};
+
 // One chunk of row t for the block's heads (first: h0 within KV head g): chunk_max, chunk_sum in
 // shared memory and o_c in o[slot][c] (Outputs). Returns false, block-uniformly, when no cell of
 // the chunk is visible.
@@ -209,16 +345,8 @@ template <typename E, int kHeadSlots, int kCols>
 __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, const Outputs& m, int t, int g, int heads,
                                              int chunk, int n_entries, float (&o)[kHeadSlots][kCols]) {
   const int hd = a.head_dim;
-  const int e_begin = a.page_rows[t];
-  const int32_t pos = a.positions[t];
   const size_t head_offset = static_cast<size_t>(g) * hd * sizeof(E);
-  const int lin = chunk * kChunk + threadIdx.x;
-  int cell = -1;
-  if (lin < n_entries) {
-    const int c = a.pages[e_begin + lin / a.page_size] * a.page_size + lin % a.page_size;
-    const int32_t cp = a.cell_pos[c];
-    if (cp <= pos && (a.window == 0 || cp > pos - a.window)) cell = c;
-  }
+  const int cell = entry_cell(a, t, a.positions[t], chunk, n_entries, INT_MAX);
   s.cell[threadIdx.x] = cell;
   if (__syncthreads_or(cell >= 0) == 0) return false;
 
@@ -252,92 +380,77 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
     for (int h = 0; h < heads; ++h) s.w[h * kChunk + threadIdx.x] = -INFINITY;
   }
   __syncthreads();
+  chunk_weights(s, heads, cell >= 0);
 
-  // m_c per head (exact in any order), then e_j = expf(s_j - m_c), 0 where not visible.
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int h = warp; h < heads; h += kWarps) {
-    float mx = -INFINITY;
-    for (int i = lane; i < kChunk; i += 32) mx = fmaxf(mx, s.w[h * kChunk + i]);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, offset));
-    if (lane == 0) s.chunk_max[h] = mx;
-  }
-  __syncthreads();
-  for (int h = 0; h < heads; ++h) {
-    float& w = s.w[h * kChunk + threadIdx.x];
-    w = cell >= 0 ? libm::expf_glibc(__fsub_rn(w, s.chunk_max[h])) : 0.0f;
-  }
-  __syncthreads();
-
-  // o_c: the visible cells' V rows, stage by stage, summed in cell order; a column's V value is
-  // loaded once for all the heads the thread owns it for. l_c rides along: every thread sums its
-  // heads' e_j in cell order (adding the zeros of absent cells changes nothing) and the owner of
-  // a head's column 0 stores it - a second chain beside the V sums instead of one thread per head
-  // walking the chunk before them.
-  const float* w_of[kHeadSlots];
-  float l[kHeadSlots];
-#pragma unroll
-  for (int k = 0; k < kHeadSlots; ++k) {
-    w_of[k] = s.w + (m.owns(k, heads) ? m.head(k) : 0) * kChunk;  // not owned: computed on head 0, unstored
-    l[k] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) o[k][c] = 0.0f;
-  }
-  int col_of[kCols];
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) col_of[c] = c < m.cols ? m.col + c * kThreads : m.col;  // past head_dim: unstored
+  ChunkSums<E, kHeadSlots, kCols> sums(s, m, heads, o);
   for (int s0 = 0; s0 < kChunk; s0 += a.stage_cells) {
     exact::cp_async_wait<0>();
     __syncthreads();
-    const int n = min(a.stage_cells, kChunk - s0);
-    // Cells that are not visible have e = 0 and a zeroed staged row: fma(0, 0, o) is o, the
-    // same bits as skipping them, and the loop needs no branch. The staged rows are walked with
-    // a pointer and, for few head slots, the weights read four cells at a time (n is a multiple
-    // of 8): a cell is then a load, a conversion and the adds, where a 64-bit offset per cell
-    // had doubled the loop's instructions. Eight cells' loads batch up ahead of their
-    // multiply-adds (four left the chain waiting on shared memory).
-    constexpr bool kWeightsByFour = kHeadSlots <= 4;  // more would hold 4 * kHeadSlots registers
-    const char* v_row = reinterpret_cast<const char*>(s.v);
-    const int v_row_bytes = hd * static_cast<int>(sizeof(E));
-#pragma unroll 2
-    for (int c0 = 0; c0 < n; c0 += 4) {
-      float4 w4[kWeightsByFour ? kHeadSlots : 1];
-      if constexpr (kWeightsByFour) {
-#pragma unroll
-        for (int k = 0; k < kHeadSlots; ++k) w4[k] = *reinterpret_cast<const float4*>(w_of[k] + s0 + c0);
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u, v_row += v_row_bytes) {
-        float v[kCols];
-#pragma unroll
-        for (int x = 0; x < kCols; ++x) v[x] = value_at<E>(v_row, col_of[x]);
-#pragma unroll
-        for (int k = 0; k < kHeadSlots; ++k) {
-          float w;
-          if constexpr (kWeightsByFour) w = u == 0 ? w4[k].x : u == 1 ? w4[k].y : u == 2 ? w4[k].z : w4[k].w;
-          else w = w_of[k][s0 + c0 + u];
-          l[k] = __fadd_rn(l[k], w);
-#pragma unroll
-          for (int x = 0; x < kCols; ++x) {
-            if constexpr (std::is_same_v<E, __half>) o[k][x] = __fmaf_rn(w, v[x], o[k][x]);
-            else o[k][x] = __fadd_rn(o[k][x], __fmul_rn(w, v[x]));
-          }
-        }
-      }
-    }
+    sums.add(s.v, hd, s0, min(a.stage_cells, kChunk - s0), o);
     __syncthreads();  // before the staging buffer and, after the last stage, s.cell are reused
     if (s0 + a.stage_cells < kChunk) stage_v(s0 + a.stage_cells);
   }
-#pragma unroll
-  for (int k = 0; k < kHeadSlots; ++k)
-    if (m.owns(k, heads) && m.col == 0) s.chunk_sum[m.head(k)] = l[k];
+  sums.store_sums(s, m, heads);
   return true;
 }
 
-// The block's (row t, KV head g, first head h0 of `heads`): blockIdx.z, and blockIdx.x split
-// into KV head and part.
+// The staged kernel's copies of a chunk's rows (the block's KV head): the K and V rows of the
+// entries in s.cell, a 16-byte piece of every cells_per_pass-th cell per thread, into s.k and
+// s.v. Without `fresh`, the rows of visible cells the step does not write (V rows of entries
+// that are not visible zeroed, as in chunk_result); with it, those of the fresh ones. Commits
+// one group.
+template <typename E>
+__device__ __forceinline__ void stage_rows(const Args& a, const Shared& s, int g, bool fresh) {
+  const int hd = a.head_dim;
+  const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;
+  const int cells_per_pass = static_cast<int>(blockDim.x) / row_vecs;
+  const int piece = static_cast<int>(threadIdx.x) % row_vecs, first_cell = static_cast<int>(threadIdx.x) / row_vecs;
+  const size_t offset = static_cast<size_t>(g) * hd * sizeof(E) + 16 * piece;
+  if (first_cell < cells_per_pass) {
+    for (int c = first_cell; c < kChunk; c += cells_per_pass) {
+      const int entry = s.cell[c];
+      uint4* v_to = s.v + c * row_vecs + piece;
+      if (entry == -1) {
+        if (!fresh) *v_to = make_uint4(0, 0, 0, 0);
+        continue;
+      }
+      if ((entry <= -2) != fresh) continue;
+      const size_t row = static_cast<size_t>(entry >= 0 ? entry : -2 - entry) * a.row_stride + offset;
+      exact::cp_async16(s.k + c * a.k_row_bytes + 16 * piece, a.k + row);
+      exact::cp_async16(v_to, a.v + row);
+    }
+  }
+  exact::cp_async_commit();
+}
+
+// The staged kernel's second half, once the kernel has waited for its inputs and sent for the
+// chunk's fresh rows (stage_rows): the scores from the staged K rows and the rest as
+// chunk_result.
+template <typename E, int kHeadSlots, int kCols>
+__device__ __forceinline__ bool staged_chunk_result(const Args& a, const Shared& s, const Outputs& m, int heads,
+                                                    int entry, float (&o)[kHeadSlots][kCols]) {
+  const bool visible = entry != -1;
+  exact::cp_async_wait<0>();
+  if (__syncthreads_or(visible) == 0) return false;
+  if (visible) {
+    scores_of<E>(s.q, s.k + group_thread() * a.k_row_bytes, a.head_dim, heads, a.scale, s.w + group_thread());
+  } else {
+    for (int h = 0; h < heads; ++h) s.w[h * kChunk + group_thread()] = -INFINITY;
+  }
+  __syncthreads();
+  chunk_weights(s, heads, visible);
+  ChunkSums<E, kHeadSlots, kCols> sums(s, m, heads, o);
+  sums.add(s.v, a.head_dim, 0, kChunk, o);
+  __syncthreads();  // the staging and s.cell are reused by the next chunk
+  sums.store_sums(s, m, heads);
+  return true;
+}
+
+// The block's (row t, KV head g, first head block_h0 of its heads_per_block): blockIdx.z, and
+// blockIdx.x split into KV head and part; and this thread's head group's share of them, `heads`
+// heads from h0 (index in the block: in_block).
 struct Place {
-  int t, g, h0, heads;
+  int t, g, block_h0, h0, heads, in_block;
 };
 
 __device__ __forceinline__ Place place_of(const Args& a) {
@@ -345,9 +458,23 @@ __device__ __forceinline__ Place place_of(const Args& a) {
   Place p;
   p.t = blockIdx.z;
   p.g = blockIdx.x / parts;
-  p.h0 = p.g * a.group + (blockIdx.x % parts) * a.heads_per_block;
-  p.heads = a.heads_per_block;
+  p.block_h0 = p.g * a.group + (blockIdx.x % parts) * a.heads_per_block;
+  p.heads = a.heads_per_block / (static_cast<int>(blockDim.x) / kThreads);
+  p.in_block = head_group() * p.heads;
+  p.h0 = p.block_h0 + p.in_block;
   return p;
+}
+
+// The staged kernel's first half of a chunk: finds the entries' cells and sends for the rows of
+// those the step does not write (fresh_from: entry_cell). Returns this thread's entry.
+template <typename E>
+__device__ __forceinline__ int send_for_chunk(const Args& a, const Shared& s, const Place& p, int32_t pos, int chunk,
+                                              int n_entries, int32_t fresh_from) {
+  const int entry = entry_cell(a, p.t, pos, chunk, n_entries, fresh_from);
+  if (head_group() == 0) s.cell[group_thread()] = entry;  // every group finds the same entries
+  __syncthreads();
+  stage_rows<E>(a, s, p.g, false);
+  return entry;
 }
 
 // Folding a chunk (max m_c) into the running state (max m), attention_order.h: m' = max(m, m_c),
@@ -362,14 +489,15 @@ __device__ __forceinline__ FoldStep fold_step(float m, float m_c) {
 }
 
 // Chunks folded in order by this block; writes the row's outputs for its heads.
-template <typename E, int kHeadSlots, int kCols>
+// chunk_of(chunk, o): chunk_result or staged_chunk_result.
+template <int kHeadSlots, int kCols, class ChunkOf>
 __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, const Outputs& m, const Place& p, int n_chunks,
-                                              int n_entries) {
+                                              ChunkOf&& chunk_of) {
   const int hd = a.head_dim;
   float acc[kHeadSlots][kCols], o[kHeadSlots][kCols];
   bool started = false;
   for (int chunk = 0; chunk < n_chunks; ++chunk) {
-    if (!chunk_result<E, kHeadSlots, kCols>(a, s, m, p.t, p.g, p.heads, chunk, n_entries, o)) continue;
+    if (!chunk_of(chunk, o)) continue;
     __syncthreads();  // chunk_sum
 #pragma unroll
     for (int k = 0; k < kHeadSlots; ++k) {
@@ -380,7 +508,7 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, co
       for (int c = 0; c < kCols; ++c) acc[k][c] = started ? f(acc[k][c], o[k][c]) : o[k][c];
     }
     __syncthreads();  // every thread has read s.max before it moves on
-    for (int h = threadIdx.x; h < p.heads; h += kThreads) {
+    for (int h = group_thread(); h < p.heads; h += kThreads) {
       if (!started) {
         s.max[h] = s.chunk_max[h];
         s.sum[h] = s.chunk_sum[h];
@@ -431,7 +559,7 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
   float* fl = s.w;
   float* fa = s.w + heads * kFoldBatch;
   float* fb = s.w + 2 * heads * kFoldBatch;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = group_thread() / 32, lane = group_thread() % 32;
   float o[kHeadSlots][kCols] = {}, l[kHeadSlots] = {};
   bool started[kHeadSlots] = {};
   for (int c0 = 0; c0 < n_chunks; c0 += kFoldBatch) {
@@ -542,15 +670,23 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
 // kHeadSlots >= head_slots(heads_per_block, head_dim), kCols == column_count(head_dim). The
 // kernels of few outputs per thread (every decode shape) are held to 128 registers, four
 // blocks per SM: left free they took 151 and a one-row grid ran a wave more.
-template <typename E, int kHeadSlots, int kCols>
-__global__ void __launch_bounds__(kThreads, kHeadSlots * kCols <= 2 ? 4 : 1) attention_kernel(Args a) {
+//
+// kStaged: the launch is one wave (launch_attention), so it may start before the kernel ahead
+// ends, and each block stages its chunk's K and V rows in shared memory. Before its wait it
+// finds its first chunk's cells and sends for the rows of those no kernel of the step writes
+// (earlier steps wrote them, and the host waited for those steps: kernel_launch.cuh); after
+// it, only the query and the fresh rows (this step's own cells) are a trip away.
+template <typename E, int kHeadSlots, int kCols, int kStagedGroups>
+__global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups : kThreads,
+                                  kStagedGroups > 0 || kHeadSlots * kCols > 2 ? 1 : 4) attention_kernel(Args a) {
+  constexpr bool kStaged = kStagedGroups > 0;
   allow_next_kernel();
   prefetch_read_only(libm::exp2f_table_data(), libm::kExp2fTableBytes);  // for the chunks' expf
-  wait_for_inputs();
+  if constexpr (!kStaged) wait_for_inputs();
   extern __shared__ __align__(16) unsigned char smem[];
   const int hd = a.head_dim;
   const Place p = place_of(a);
-  const Shared s = carve(smem, p.heads, hd);
+  const Shared s = carve(smem, a.heads_per_block, hd, a.k_stage_offset, p.in_block);
   const Outputs m = outputs_of(hd);
   const int n_entries = (a.page_rows[p.t + 1] - a.page_rows[p.t]) * a.page_size;
   const int n_chunks = (n_entries + kChunk - 1) / kChunk;
@@ -562,18 +698,35 @@ __global__ void __launch_bounds__(kThreads, kHeadSlots * kCols <= 2 ? 4 : 1) att
   if (in_place && blockIdx.y != 0) return;
   if (!in_place && static_cast<int>(blockIdx.y) >= n_chunks) return;
 
+  const int32_t pos = a.positions[p.t];
+  int first_entry = -1;  // kStaged: this thread's entry of the block's first chunk
+  if constexpr (kStaged) {
+    first_entry = send_for_chunk<E>(a, s, p, pos, blockIdx.y, n_entries, pos - a.fresh_span + 1);
+    wait_for_inputs();
+    // The fresh rows and the query (below) on their way together.
+    if (__syncthreads_or(first_entry <= -2)) stage_rows<E>(a, s, p.g, true);
+  }
   const float* q_row = a.q + p.t * a.q_stride + static_cast<size_t>(p.h0) * hd;
-  for (int i = threadIdx.x; i < p.heads * hd; i += kThreads) s.q[i] = q_row[i];
+  for (int i = group_thread(); i < p.heads * hd; i += kThreads) s.q[i] = q_row[i];
   __syncthreads();
+  auto chunk_of = [&](int chunk, float (&o)[kHeadSlots][kCols]) {
+    if constexpr (kStaged) {
+      const int entry =
+          chunk == static_cast<int>(blockIdx.y) ? first_entry : send_for_chunk<E>(a, s, p, pos, chunk, n_entries, INT_MAX);
+      return staged_chunk_result<E, kHeadSlots, kCols>(a, s, m, p.heads, entry, o);
+    } else {
+      return chunk_result<E, kHeadSlots, kCols>(a, s, m, p.t, p.g, p.heads, chunk, n_entries, o);
+    }
+  };
   if (in_place) {
-    fold_in_place<E, kHeadSlots, kCols>(a, s, m, p, n_chunks, n_entries);
+    fold_in_place<kHeadSlots, kCols>(a, s, m, p, n_chunks, chunk_of);
     return;
   }
   for (int chunk = blockIdx.y; chunk < n_chunks; chunk += gridDim.y) {
     float o[kHeadSlots][kCols];
-    const bool any = chunk_result<E, kHeadSlots, kCols>(a, s, m, p.t, p.g, p.heads, chunk, n_entries, o);
+    const bool any = chunk_of(chunk, o);
     if (any) __syncthreads();  // chunk_sum
-    for (int h = threadIdx.x; h < p.heads; h += kThreads) {
+    for (int h = group_thread(); h < p.heads; h += kThreads) {
       float* slot = slot_of(a, p.t, p.h0 + h, chunk);
       slot[hd] = any ? s.chunk_max[h] : 0.0f;
       slot[hd + 1] = any ? s.chunk_sum[h] : 0.0f;  // 0: an empty chunk (a visible one has l_c >= 1)
@@ -588,7 +741,7 @@ __global__ void __launch_bounds__(kThreads, kHeadSlots * kCols <= 2 ? 4 : 1) att
   __shared__ unsigned arrived;
   __threadfence();
   __syncthreads();
-  unsigned* arrivals = a.arrivals + static_cast<size_t>(p.t) * a.n_heads + p.h0;
+  unsigned* arrivals = a.arrivals + static_cast<size_t>(p.t) * a.n_heads + p.block_h0;  // one per block
   if (threadIdx.x == 0) arrived = atomicAdd(arrivals, 1u);
   __syncthreads();
   if (arrived != static_cast<unsigned>(min(n_chunks, static_cast<int>(gridDim.y))) - 1) return;
@@ -597,38 +750,150 @@ __global__ void __launch_bounds__(kThreads, kHeadSlots * kCols <= 2 ? 4 : 1) att
   if (threadIdx.x == 0) *arrivals = 0;  // ready for the next launch (graphs replay this one)
 }
 
-template <typename E, int kHeadSlots, int kCols>
-void launch_shape(const Args& args, dim3 grid, size_t smem, cudaStream_t stream) {
-  const auto kernel = attention_kernel<E, kHeadSlots, kCols>;
-  if (smem > 48 * 1024)
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+template <typename E, int kHeadSlots, int kCols, int kStagedGroups>
+auto prepared_kernel() {
+  // Once per kernel: room for more dynamic shared memory than the default 48 KB (the staged
+  // kernel's K and V rows, long head dims), up to what a block of this device may have.
+  static const auto kernel = [] {
+    const auto k = attention_kernel<E, kHeadSlots, kCols, kStagedGroups>;
+    int device = 0, most = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory per block");
+    cudaFuncAttributes attributes{};
+    check(cudaFuncGetAttributes(&attributes, k), "attention kernel attributes");
+    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               most - static_cast<int>(attributes.sharedSizeBytes)),  // its own `arrived` too
           "attention shared memory");
-  launch_kernel("attention kernel", kernel, grid, kThreads, smem, stream, args);
+    return k;
+  }();
+  return kernel;
+}
+
+template <typename E>
+auto staged_kernel(int heads) {
+  return heads <= 4 ? prepared_kernel<E, 1, 1, 4>() : prepared_kernel<E, 1, 1, kStagedMaxGroups>();
 }
 
 // The kernel whose slot count is the smallest power of two that holds the block's heads.
 template <typename E, int kCols>
 void launch_columns(const Args& args, dim3 grid, size_t smem, cudaStream_t stream) {
+  auto launch = [&](auto kernel) { launch_kernel("attention kernel", kernel, grid, kThreads, smem, stream, args); };
   const int slots = head_slots(args.heads_per_block, args.head_dim);  // per thread, not split blocks
   if (slots <= 1)
-    launch_shape<E, 1, kCols>(args, grid, smem, stream);
+    launch(prepared_kernel<E, 1, kCols, 0>());
   else if (slots <= 2)
-    launch_shape<E, 2, kCols>(args, grid, smem, stream);
+    launch(prepared_kernel<E, 2, kCols, 0>());
   else if (slots <= 4)
-    launch_shape<E, 4, kCols>(args, grid, smem, stream);
+    launch(prepared_kernel<E, 4, kCols, 0>());
   else if (slots <= 8)
-    launch_shape<E, 8, kCols>(args, grid, smem, stream);
+    launch(prepared_kernel<E, 8, kCols, 0>());
   else if (slots <= 16)
-    launch_shape<E, 16, kCols>(args, grid, smem, stream);
+    launch(prepared_kernel<E, 16, kCols, 0>());
   else if constexpr (kCols == 1)
-    launch_shape<E, 32, kCols>(args, grid, smem, stream);  // kAttentionMaxGroupDims / kThreads
+    launch(prepared_kernel<E, 32, kCols, 0>());  // kAttentionMaxGroupDims / kThreads
   else
     fail(ErrorCode::Internal, "attention: ", slots, " head slots of two columns");  // heads <= 4096 / 256
 }
 
+// Shared memory of a staged block of `heads` heads: theirs (staging_offset), then a chunk's V
+// rows and its K rows (k_row_bytes apart).
+int staged_k_row_bytes(int hd, size_t elem) { return hd * static_cast<int>(elem) + 16; }
+size_t staged_k_offset(int heads, int hd, size_t elem) {
+  return staging_offset(heads, hd) + static_cast<size_t>(kChunk) * hd * elem;
+}
+size_t staged_shared_bytes(int heads, int hd, size_t elem) {
+  return staged_k_offset(heads, hd, elem) + static_cast<size_t>(kChunk) * staged_k_row_bytes(hd, elem);
+}
+
+// The staged kernel's heads per block and split slots for `rows` rows, or slots 0 where it does
+// not serve: heads of one column per thread (head_dim <= kThreads), at most kStagedMaxGroups of
+// them per KV head, and a grid of one wave with at least kStagedMinSlots slots. Fewer heads per
+// block spread the work over more multiprocessors (H200, llama3-8b's shape, one row: 640 cells
+// 9.0 us with a block per head, 10.7 per KV head) but fit fewer slots in the wave, which long
+// contexts need (2048 cells: 17.6 us at 8 slots, 12.4 at 16): the fewest heads that reach
+// kStagedTargetSlots, else the shape of most slots.
+struct StagedShape {
+  int heads = 0;
+  int slots = 0;
+};
+
 template <typename E>
-void launch_typed(const Args& args, dim3 grid, size_t smem, cudaStream_t stream) {
-  if (column_count(args.head_dim) == 1)
+StagedShape staged_shape(int64_t rows, int n_heads, int group, int hd, int sm_count) {
+  StagedShape best;
+  if (column_count(hd) != 1 || group > kStagedMaxGroups) return best;
+  for (int heads = 1; heads <= group && best.slots < kStagedTargetSlots; ++heads) {
+    if (group % heads != 0) continue;
+    const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(staged_kernel<E>(heads)),
+                                              kThreads * heads, staged_shared_bytes(heads, hd, sizeof(E)));
+    const int64_t slots = int64_t{sm_count} * per_sm / (rows * n_heads / heads);
+    if (slots > best.slots) best = {heads, static_cast<int>(std::min<int64_t>(slots, kMaxSlots))};
+  }
+  return best.slots >= kStagedMinSlots ? best : StagedShape{};
+}
+
+template <typename E>
+void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
+                  const TensorRef& out, const AttentionWorkspace& workspace, cudaStream_t stream) {
+  const int hd = kv.head_dim;
+  const int n_heads = static_cast<int>(q.cols / hd);
+  const int group = n_heads / kv.n_kv_heads;
+  const StagedShape staged = staged_shape<E>(q.rows, n_heads, group, hd, workspace.sm_count);
+
+  int stage_cells = kChunk;
+  while (stage_cells > 8 && static_cast<size_t>(stage_cells) * hd * sizeof(E) > kStageBytes) stage_cells /= 2;
+
+  // Otherwise a block per (row, KV head): the group's query heads share each K and V row it
+  // loads - unless a block per query head is what it takes to give each SM one, where the shorter
+  // chain of a one-head block wins (llama3-8b's shape, one row, 640 cells: 18.0 us per head, 22.5
+  // per KV head; 8 rows: 41.5 and 24.4). Few rows also split the chunks over blocks; many fold
+  // them in place.
+  const int heads_per_block = staged.slots > 0                             ? staged.heads
+                              : q.rows * n_heads <= workspace.sm_count ? 1
+                                                                           : group;
+  const int64_t base_blocks = q.rows * n_heads / heads_per_block;
+  int slots = staged.slots > 0 ? staged.slots
+                               : static_cast<int>(std::clamp<int64_t>(
+                                     2 * int64_t{kBlocksPerSm} * workspace.sm_count / base_blocks, 1, kMaxSlots));
+  const int64_t max_chunks =
+      static_cast<int64_t>(workspace.capacity_floats / (static_cast<size_t>(q.rows) * n_heads * (hd + 2)));
+  const bool split = slots > 1 && max_chunks >= 2 && workspace.partials != nullptr &&
+                     static_cast<size_t>(q.rows) * n_heads <= workspace.arrival_count;
+  if (!split) slots = 1;
+
+  const Args args{static_cast<const float*>(q.data),
+                  q.row_stride / sizeof(float),
+                  static_cast<float*>(out.data),
+                  out.row_stride / sizeof(float),
+                  static_cast<const char*>(kv.k),
+                  static_cast<const char*>(kv.v),
+                  kv.row_stride,
+                  n_heads,
+                  hd,
+                  group,
+                  heads_per_block,
+                  kv.window,
+                  kv.page_size,
+                  kv.cell_pos,
+                  kv.page_rows,
+                  kv.pages,
+                  positions,
+                  scale,
+                  split ? workspace.partials : nullptr,
+                  workspace.arrivals,
+                  static_cast<int>(std::min<int64_t>(max_chunks, 1 << 30)),
+                  staged.slots > 0 ? kChunk : stage_cells,
+                  staged.slots > 0 ? staged_k_row_bytes(hd, sizeof(E)) : 0,
+                  staged.slots > 0 ? static_cast<int>(staged_k_offset(heads_per_block, hd, sizeof(E))) : 0,
+                  static_cast<int>(q.rows)};  // a row's step may have written its q.rows newest cells
+  const dim3 grid(static_cast<unsigned>(n_heads / heads_per_block), static_cast<unsigned>(slots),
+                  static_cast<unsigned>(q.rows));
+  if (staged.slots > 0) {
+    launch_kernel("attention kernel", staged_kernel<E>(heads_per_block), grid, kThreads * heads_per_block,
+                  staged_shared_bytes(heads_per_block, hd, sizeof(E)), stream, args);
+    return;
+  }
+  const size_t smem = staging_offset(heads_per_block, hd) + static_cast<size_t>(stage_cells) * hd * sizeof(E);
+  if (column_count(hd) == 1)
     launch_columns<E, 1>(args, grid, smem, stream);
   else
     launch_columns<E, 2>(args, grid, smem, stream);
@@ -666,54 +931,10 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
     fail(ErrorCode::Internal, "attention: KV rows are not 16-byte aligned");
   if (q.rows == 0) return;
   if (q.rows > 65535 || n_heads > 65535) fail(ErrorCode::Internal, "attention: grid too large");
-
-  int stage_cells = kChunk;
-  while (stage_cells > 8 && static_cast<size_t>(stage_cells) * hd * elem > kStageBytes) stage_cells /= 2;
-
-  // A block per (row, KV head): the group's query heads share each K and V row it loads -
-  // unless a block per query head is what it takes to give each SM one, where the shorter chain
-  // of a one-head block wins (llama3-8b's shape, one row, 640 cells: 18.0 us per head, 22.5 per
-  // KV head; 8 rows: 41.5 and 24.4). Few rows also split the chunks over blocks; many fold
-  // them in place.
-  const int64_t target_blocks = int64_t{kBlocksPerSm} * workspace.sm_count;
-  const int heads_per_block = q.rows * n_heads <= workspace.sm_count ? 1 : group;
-  const int64_t base_blocks = q.rows * n_heads / heads_per_block;
-  int slots = static_cast<int>(std::clamp<int64_t>(2 * target_blocks / base_blocks, 1, kMaxSlots));
-  const int64_t max_chunks =
-      static_cast<int64_t>(workspace.capacity_floats / (static_cast<size_t>(q.rows) * n_heads * (hd + 2)));
-  const bool split = slots > 1 && max_chunks >= 2 && workspace.partials != nullptr &&
-                     static_cast<size_t>(q.rows) * n_heads <= workspace.arrival_count;
-  if (!split) slots = 1;
-
-  const Args args{static_cast<const float*>(q.data),
-                  q.row_stride / sizeof(float),
-                  static_cast<float*>(out.data),
-                  out.row_stride / sizeof(float),
-                  static_cast<const char*>(kv.k),
-                  static_cast<const char*>(kv.v),
-                  kv.row_stride,
-                  n_heads,
-                  hd,
-                  group,
-                  heads_per_block,
-                  kv.window,
-                  kv.page_size,
-                  kv.cell_pos,
-                  kv.page_rows,
-                  kv.pages,
-                  positions,
-                  scale,
-                  split ? workspace.partials : nullptr,
-                  workspace.arrivals,
-                  static_cast<int>(std::min<int64_t>(max_chunks, 1 << 30)),
-                  stage_cells};
-  const dim3 grid(static_cast<unsigned>(n_heads / heads_per_block), static_cast<unsigned>(slots),
-                  static_cast<unsigned>(q.rows));
-  const size_t smem = staging_offset(heads_per_block, hd) + static_cast<size_t>(stage_cells) * hd * elem;
   switch (kv.dtype) {
-    case DType::F16: launch_typed<__half>(args, grid, smem, stream); break;
-    case DType::BF16: launch_typed<__nv_bfloat16>(args, grid, smem, stream); break;
-    default: launch_typed<float>(args, grid, smem, stream); break;
+    case DType::F16: launch_typed<__half>(q, kv, positions, scale, out, workspace, stream); break;
+    case DType::BF16: launch_typed<__nv_bfloat16>(q, kv, positions, scale, out, workspace, stream); break;
+    default: launch_typed<float>(q, kv, positions, scale, out, workspace, stream); break;
   }
 }
 

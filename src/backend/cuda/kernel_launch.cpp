@@ -28,7 +28,7 @@ DeviceFacts device_facts(int device) {
   return known[device] = DeviceFacts{major >= 9, sms};
 }
 
-int resident_blocks_per_sm(int device, const void* kernel, int threads, size_t shared_bytes) {
+int resident_blocks_on(int device, const void* kernel, int threads, size_t shared_bytes) {
   static std::map<std::tuple<int, const void*, int, size_t>, int> known;
   const auto key = std::make_tuple(device, kernel, threads, shared_bytes);
   {
@@ -46,6 +46,12 @@ int resident_blocks_per_sm(int device, const void* kernel, int threads, size_t s
 
 void set_early_launches(bool on) { early_launches = on; }
 
+int resident_blocks_per_sm(const void* kernel, int threads, size_t shared_bytes) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  return resident_blocks_on(device, kernel, threads, shared_bytes);
+}
+
 bool may_start_early(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes) {
   if (!early_launches) return false;
   int device = 0;
@@ -54,7 +60,7 @@ bool may_start_early(const void* kernel, dim3 grid, dim3 block, size_t shared_by
   if (!facts.early) return false;
   const int threads = static_cast<int>(block.x * block.y * block.z);
   const auto blocks = static_cast<size_t>(grid.x) * grid.y * grid.z;
-  return blocks <= static_cast<size_t>(facts.sm_count) * resident_blocks_per_sm(device, kernel, threads, shared_bytes);
+  return blocks <= static_cast<size_t>(facts.sm_count) * resident_blocks_on(device, kernel, threads, shared_bytes);
 }
 
 }  // namespace cellm::cuda

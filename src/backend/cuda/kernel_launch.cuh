@@ -12,9 +12,11 @@
 // before it reads anything another kernel writes and before it writes anything (another kernel
 // may still read it). wait_for_inputs() returns once the previous kernel has completed and its
 // memory is visible; since that kernel waited for its own predecessor, the whole stream order
-// holds. Only data no kernel ever writes may be read before it: weights, tables built at load,
-// and the step's buffers the host uploads (tokens, positions, cells, page lists, the cell
-// table), whose copies the stream orders before the step's first kernel.
+// holds. Only data no kernel of the step writes may be read before it: weights, tables built at
+// load, the step's buffers the host uploads (tokens, positions, cells, page lists, the cell
+// table), whose copies the stream orders before the step's first kernel, and the KV pool rows of
+// cells the step does not write (attention.cu's staged kernel), which earlier steps wrote: the
+// host waits for a step's output before it starts the next one.
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -59,6 +61,10 @@ __device__ __forceinline__ void allow_next_kernel() {
 // one-row decode step's attention (a block per head and context slot, most of which find
 // nothing to do) ran slower early (llama3-8b batch 1 352.4 -> 373.3 tok/s when it stopped).
 bool may_start_early(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes);
+
+// How many blocks of `kernel` (threads, dynamic shared memory) one multiprocessor of the current
+// device holds at once; asked of the driver once per (device, kernel, threads, shared memory).
+int resident_blocks_per_sm(const void* kernel, int threads, size_t shared_bytes);
 
 template <class... Params, class... Args>
 void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,

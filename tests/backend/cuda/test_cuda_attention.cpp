@@ -66,11 +66,7 @@ class PagedAttentionScenario {
   // prepare + K/V for the step's cells (random) + commit unless `keep_pending`.
   void step(const std::vector<kv::SeqId>& seqs, const std::vector<int32_t>& positions, bool keep_pending = false) {
     const kv::StepBuffers& s = cache_->prepare(seqs, positions);
-    const int64_t per_layer = int64_t{layout_.n_kv_heads} * layout_.head_dim;
-    for (int32_t cell : s.cells)
-      for (int32_t l = 0; l < geometry_.layer_count(); ++l)
-        for (size_t offset : {geometry_.k_offset(l), geometry_.v_offset(l)})
-          for (int64_t i = 0; i < per_layer; ++i) write_value(layout_.dtype, pool_->row(cell) + offset, i, noise_(rng_));
+    for (int32_t cell : s.cells) fill_cell(pool_->row(cell), [&] { return noise_(rng_); });
     if (!keep_pending) cache_->commit();
   }
 
@@ -180,7 +176,103 @@ class PagedAttentionScenario {
     }
   }
 
+  // With a step pending, the way a decode step runs on the GPU: the step's own cells hold NaN in
+  // the device pool until a kv_store writes their K and V, and that store waits behind a long
+  // kernel while attention, launched early behind it, may already run up to its wait. Attention
+  // must still give the CPU's result over the written values: a kernel that read a cell this
+  // step writes before its wait would see the NaN.
+  void compare_behind_writer(CudaBackend& gpu, const std::vector<int32_t>& positions, const std::string& what) {
+    const kv::StepBuffers& s = cache_->step();
+    const auto T = static_cast<int64_t>(positions.size());
+    const auto cell_pos = cache_->cell_pos();
+    const int32_t P = cache_->config().page_cells;
+    const int64_t per_layer = int64_t{layout_.n_kv_heads} * layout_.head_dim;
+    std::vector<uint8_t> device_pool(reinterpret_cast<uint8_t*>(pool_->row(0)),
+                                     reinterpret_cast<uint8_t*>(pool_->row(0)) + pool_->allocated_bytes());
+    for (int32_t cell : s.cells)
+      fill_cell(reinterpret_cast<std::byte*>(device_pool.data()) + static_cast<size_t>(cell) * geometry_.bytes_per_cell(),
+                [] { return std::nanf(""); });
+    const int64_t q_cols = per_layer * layout_.group;
+    const Rows q = random_rows(T, q_cols, 11 + static_cast<uint32_t>(T));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(layout_.head_dim));
+    const int64_t slow_cols = int64_t{1} << 24;  // one block reads 128 MB: a millisecond or more
+    const Rows slow_x = random_rows(1, slow_cols, 5);
+    DeviceBuffer d_pool(gpu, device_pool), d_q(gpu, q.values), d_pos(gpu, positions), d_cells(gpu, s.cells),
+        d_cell_pos(gpu, std::vector<int32_t>(cell_pos.begin(), cell_pos.end())),
+        d_out(gpu, q.values.size() * sizeof(float)), d_slow_x(gpu, slow_x.values), d_slow_w(gpu, slow_x.values),
+        d_slow_out(gpu, slow_x.values.size() * sizeof(float));
+    for (int32_t l = 0; l < geometry_.layer_count(); ++l) {
+      // The step's K and V of this layer as the f32 rows a forward would store.
+      Rows k(T, per_layer), v(T, per_layer);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < per_layer; ++i) {
+          const std::byte* row = pool_->row(s.cells[static_cast<size_t>(t)]);
+          k.row(t)[i] = load_plain(row + geometry_.k_offset(l), i);
+          v.row(t)[i] = load_plain(row + geometry_.v_offset(l), i);
+        }
+      DeviceBuffer d_k(gpu, k.values), d_v(gpu, v.values);
+      const kv::WindowPages& wp = s.windows[static_cast<size_t>(geometry_.window_index(l))];
+      DeviceBuffer d_page_rows(gpu, wp.page_rows), d_pages(gpu, wp.pages);
+      Rows cpu_out(T, q_cols);
+      cpu_backend().attention(q.host_ref(),
+                              backend::PagedKv{reinterpret_cast<const char*>(pool_->row(0)) + geometry_.k_offset(l),
+                                               reinterpret_cast<const char*>(pool_->row(0)) + geometry_.v_offset(l),
+                                               geometry_.bytes_per_cell(), layout_.dtype, layout_.n_kv_heads,
+                                               layout_.head_dim, wp.window, P, cell_pos.data(), wp.page_rows.data(),
+                                               wp.pages.data()},
+                              positions.data(), scale, cpu_out.host_ref());
+      char* base = d_pool.as<char>();
+      gpu.begin_forward(T);  // early launches, as in a decode step of this width
+      gpu.rms_norm(Rows::device_ref(d_slow_x, 1, slow_cols), d_slow_w.as<float>(), static_cast<int32_t>(slow_cols),
+                   1e-5f, Rows::device_ref(d_slow_out, 1, slow_cols));
+      gpu.kv_store(Rows::device_ref(d_k, T, per_layer), Rows::device_ref(d_v, T, per_layer),
+                   backend::KvDestination{base + geometry_.k_offset(l), base + geometry_.v_offset(l),
+                                          geometry_.bytes_per_cell(), layout_.dtype, d_cells.as<int32_t>()});
+      gpu.attention(Rows::device_ref(d_q, T, q_cols),
+                    backend::PagedKv{base + geometry_.k_offset(l), base + geometry_.v_offset(l),
+                                     geometry_.bytes_per_cell(), layout_.dtype, layout_.n_kv_heads, layout_.head_dim,
+                                     wp.window, P, d_cell_pos.as<int32_t>(), d_page_rows.as<int32_t>(),
+                                     d_pages.as<int32_t>()},
+                    d_pos.as<int32_t>(), scale, Rows::device_ref(d_out, T, q_cols));
+      const std::vector<float> got = d_out.download<float>(q.values.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::fabs(got[i] - cpu_out.values[i]) <= 1e-4f + 1e-4f * std::fabs(cpu_out.values[i])) && ++bad <= 5)
+          ADD_FAILURE() << what << " layer " << l << " output " << i << ": gpu " << got[i] << " cpu " << cpu_out.values[i];
+      EXPECT_EQ(bad, 0u) << what << " layer " << l;
+    }
+  }
+
  private:
+  // Every layer's K and V of the pool row at `row`, value() after value().
+  template <class Value>
+  void fill_cell(std::byte* row, Value&& value) {
+    for (int32_t l = 0; l < geometry_.layer_count(); ++l)
+      for (size_t offset : {geometry_.k_offset(l), geometry_.v_offset(l)})
+        for (int64_t i = 0; i < int64_t{layout_.n_kv_heads} * layout_.head_dim; ++i)
+          write_value(layout_.dtype, row + offset, i, value());
+  }
+
+  float load_plain(const std::byte* row, int64_t i) const {
+    switch (layout_.dtype) {
+      case DType::F16: {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        return fp16_to_fp32(h);
+      }
+      case DType::BF16: {
+        uint16_t b;
+        std::memcpy(&b, row + 2 * i, 2);
+        return bf16_to_fp32(b);
+      }
+      default: {
+        float f;
+        std::memcpy(&f, row + 4 * i, 4);
+        return f;
+      }
+    }
+  }
+
   Layout layout_;
   kv::Geometry geometry_;
   kv::HostStorage* pool_ = nullptr;
@@ -243,6 +335,40 @@ TEST_P(CudaAttention, MatchesCpuOverPageListsAndNeverReadsInvisibleCells) {
       sc.compare_pending(gpu, pos, "long context, " + std::to_string(rows) + " rows");
       cache.abort();
     }
+  }
+}
+
+TEST_P(CudaAttention, ReadsTheCellsItsStepWritesOnlyAfterTheWriter) {
+  CELLM_REQUIRE_GPU(gpu);
+  PagedAttentionScenario sc(GetParam());
+  kv::CellCache& cache = sc.cache();
+  const kv::SeqId a = cache.create();
+  sc.append(a, 300, 100);
+  const kv::SeqId b = cache.clone(a, 120);
+  sc.append(b, 9, 9);
+  const kv::SeqId c = cache.create();
+  sc.append(c, 1000, 250);  // eight chunks: split over blocks
+  {  // decode rows: each row's own new cell is the one its step writes
+    const std::vector<int32_t> pos = {300, 129, 1000};
+    sc.step({a, b, c}, pos, true);
+    sc.compare_behind_writer(gpu, pos, "decode step");
+    cache.abort();
+  }
+  {  // one row, as a single-stream decode step
+    sc.step({c}, {1000}, true);
+    sc.compare_behind_writer(gpu, {1000}, "one row");
+    cache.abort();
+  }
+  {  // a prefill slice beside a decode row: the slice's rows see cells of the slice's earlier rows
+    std::vector<kv::SeqId> seqs = {a};
+    std::vector<int32_t> pos = {300};
+    for (int32_t i = 0; i < 12; ++i) {
+      seqs.push_back(c);
+      pos.push_back(1000 + i);
+    }
+    sc.step(seqs, pos, true);
+    sc.compare_behind_writer(gpu, pos, "prefill slice");
+    cache.abort();
   }
 }
 
