@@ -329,12 +329,14 @@ struct FusedAndApart {
 
 // rms_norm_matmul (a whole-row norm and the product of its output; where the product would
 // quantize its activations in a launch of their own, the norm's kernel does it) gives the bits
-// of rms_norm then matmul, for the normalized rows and the product, and the CPU's. K = 4096 is
-// past the one-row product's own quantization; K = 256 with one row stays with it.
+// of rms_norm then matmul, for the normalized rows and the product, and the CPU's. K = 4352 is
+// past the one-row product's own quantization, and 17 Q8_K (136 32-value) blocks leave the last
+// of the CTAs a few-row step splits each row over a part of its span; 40 rows are not split.
+// K = 256 with one row stays with the product's own quantization.
 TEST(CudaMatmul, RmsNormMatmulIsRmsNormThenMatmul) {
   CELLM_REQUIRE_GPU(gpu);
   const int64_t N = 40;
-  for (int64_t K : {256, 4096}) {
+  for (int64_t K : {256, 4352}) {
     const Rows source = random_rows(N, K, 161, 0.05f);
     const Rows norm_weight = random_rows(1, K, 162, 1.5f);
     DeviceBuffer d_nw(gpu, norm_weight.values);
@@ -342,7 +344,7 @@ TEST(CudaMatmul, RmsNormMatmulIsRmsNormThenMatmul) {
     for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
       HostWeight w = quantized_weight(type, source);
       const TensorRef placed = gpu.place_weight(w.ref(), "w");
-      for (int64_t T : {1, 3}) {
+      for (int64_t T : {1, 3, 40}) {
         const Rows x = random_rows(T, K, static_cast<uint32_t>(600 + T), 3.0f);
         DeviceBuffer d_x(gpu, x.values);
         const TensorRef gx = Rows::device_ref(d_x, T, K);
