@@ -57,6 +57,8 @@ class Matmul {
  private:
   void run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
                  const backend::TensorRef& out);
+  // Whether the one-row product kernel quantizes x itself (each of its blocks, the whole row).
+  bool product_quantizes_itself(const backend::TensorRef& x, const backend::TensorRef& w) const;
   // Whether run(x, w) quantizes all of x in one launch of its own, and in which format.
   bool quantizes_apart(const backend::TensorRef& x, const backend::TensorRef& w, ActivationFormat& format) const;
   // x is made by a producer kernel, then multiplied as run(x, w, bias, out) would: where run

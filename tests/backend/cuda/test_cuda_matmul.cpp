@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <deque>
 #include <cstdlib>
 #include <filesystem>
 
@@ -410,6 +411,53 @@ TEST(CudaMatmul, GluMatmulIsGluThenMatmul) {
       }
       gpu.release(placed.data);
     }
+  }
+}
+
+// A one-row product made while a CUDA graph is captured quantizes its row apart (or in the norm or
+// GLU kernel before it), where the same call made eagerly quantizes it in the product kernel
+// (K <= kGemvQuantizeMaxColumns): both give the same bits, for the plain product, the normed
+// one and the gated one.
+TEST(CudaMatmul, CapturedOneRowProductsAreTheEagerBits) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t N = 40, K = 768;
+  static_assert(768 <= kGemvQuantizeMaxColumns);
+  const Rows source = random_rows(N, K, 181, 0.05f);
+  const Rows x = random_rows(1, K, 182, 3.0f), up_values = random_rows(1, K, 183, 2.0f);
+  const Rows norm_weight = random_rows(1, K, 184, 1.5f);
+  DeviceBuffer d_x(gpu, x.values), d_up(gpu, up_values.values), d_nw(gpu, norm_weight.values);
+  const TensorRef gx = Rows::device_ref(d_x, 1, K), gup = Rows::device_ref(d_up, 1, K);
+  const auto* nw = static_cast<const float*>(d_nw.data());
+  for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q4_1, DType::Q8_0}) {
+    HostWeight w = quantized_weight(type, source);
+    const TensorRef placed = gpu.place_weight(w.ref(), "w");
+    // [eager, captured] x [plain, normed, gated] products, and the normed and gated rows.
+    std::deque<DeviceBuffer> out, mid;  // DeviceBuffer does not move
+    for (int i = 0; i < 6; ++i) out.emplace_back(gpu, static_cast<size_t>(N) * sizeof(float));
+    for (int i = 0; i < 4; ++i) mid.emplace_back(gpu, static_cast<size_t>(K) * sizeof(float));
+    auto products = [&](int side) {
+      auto o = [&](int k) { return Rows::device_ref(out[3 * side + k], 1, N); };
+      auto m = [&](int k) { return Rows::device_ref(mid[2 * side + k], 1, K); };
+      gpu.matmul(gx, placed, nullptr, o(0));
+      gpu.rms_norm_matmul(gx, nw, 1e-5f, m(0), placed, nullptr, o(1));
+      gpu.glu_matmul(gx, gup, backend::GluActivation::Silu, m(1), placed, nullptr, nullptr, o(2));
+    };
+    products(0);
+    gpu.synchronize();
+    gpu.begin_capture();
+    products(1);
+    const std::unique_ptr<backend::Graph> graph = gpu.end_capture();
+    graph->launch();
+    gpu.synchronize();
+    for (int k = 0; k < 3; ++k) {
+      const auto eager = out[k].download<float>(N), captured = out[3 + k].download<float>(N);
+      EXPECT_EQ(identical(eager, captured), eager.size()) << dtype_name(type) << " product " << k;
+    }
+    for (int k = 0; k < 2; ++k) {
+      const auto eager = mid[k].download<float>(K), captured = mid[2 + k].download<float>(K);
+      EXPECT_EQ(identical(eager, captured), eager.size()) << dtype_name(type) << " producer " << k;
+    }
+    gpu.release(placed.data);
   }
 }
 
