@@ -97,8 +97,8 @@ class Backend {
                           const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out);
   // out[i] = x[rows[i]]
   virtual void gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) = 0;
-  // out[r] = index of the largest value of logits row r (the lowest index among equals);
-  // `out` is backend memory of logits.rows ints. Lets greedy decoding skip copying logits.
+  // out[r] = index of the largest value of logits row r (the lowest index among equals; NaNs
+  // never win, a row of NaNs gives 0); `out` is backend memory of logits.rows ints. Lets greedy decoding skip copying logits.
   virtual void argmax_rows(const TensorRef& logits, int32_t* out) = 0;
 
   virtual void synchronize() = 0;

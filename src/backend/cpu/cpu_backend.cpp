@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -131,10 +132,13 @@ void CpuBackend::gather_rows(const TensorRef& x, const int32_t* rows, const Tens
 void CpuBackend::argmax_rows(const TensorRef& logits, int32_t* out) {
   for (int64_t r = 0; r < logits.rows; ++r) {
     const float* row = logits.row<const float>(r);
+    const auto cols = static_cast<int32_t>(logits.cols);
+    // NaNs never win (as on the GPU): the scan starts at the first number; a row of NaNs gives 0.
     int32_t best = 0;
-    for (int32_t i = 1; i < static_cast<int32_t>(logits.cols); ++i)
+    while (best + 1 < cols && std::isnan(row[best])) ++best;
+    for (int32_t i = best + 1; i < cols; ++i)
       if (row[i] > row[best]) best = i;
-    out[r] = best;
+    out[r] = std::isnan(row[best]) ? 0 : best;
   }
 }
 

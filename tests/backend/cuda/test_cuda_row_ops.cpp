@@ -120,22 +120,30 @@ TEST(CudaRowOps, GatherRowsCopiesTheListedRows) {
     EXPECT_EQ(std::memcmp(got.data() + i * cols, x.row(rows[i]), cols * sizeof(float)), 0) << i;
 }
 
+// 70004 columns: every row 16-byte aligned, read four at a time; 70001: rows 1..3 are not, and
+// each row ends in a column past the last four.
 TEST(CudaRowOps, ArgmaxTakesTheLowestIndexAmongEquals) {
   CELLM_REQUIRE_GPU(gpu);
-  const int64_t rows = 4, cols = 70001;
-  Rows logits = random_rows(rows, cols, 51);
-  logits.row(1)[123] = 50.0f;
-  logits.row(1)[69999] = 50.0f;  // a tie: the lower index wins
-  logits.row(2)[70000] = 99.0f;  // the last column
-  for (int64_t i = 0; i < cols; ++i) logits.row(3)[i] = -1.0f;  // all equal: index 0
-  std::vector<int32_t> cpu_out(rows);
-  cpu_backend().argmax_rows(logits.host_ref(), cpu_out.data());
-  DeviceBuffer d_logits(gpu, logits.values), d_out(gpu, rows * sizeof(int32_t));
-  gpu.argmax_rows(Rows::device_ref(d_logits, rows, cols), d_out.as<int32_t>());
-  EXPECT_EQ(d_out.download<int32_t>(rows), cpu_out);
-  EXPECT_EQ(cpu_out[1], 123);
-  EXPECT_EQ(cpu_out[2], 70000);
-  EXPECT_EQ(cpu_out[3], 0);
+  for (const int64_t cols : {70004, 70001}) {
+    const int64_t rows = 5;
+    Rows logits = random_rows(rows, cols, 51);
+    logits.row(1)[123] = 50.0f;
+    logits.row(1)[69999] = 50.0f;        // a tie: the lower index wins
+    logits.row(2)[cols - 1] = 99.0f;     // the last column
+    for (int64_t i = 0; i < cols; ++i) logits.row(3)[i] = -1.0f;  // all equal: index 0
+    logits.row(4)[0] = NAN;              // NaNs never win
+    logits.row(4)[77] = 1e30f;
+    logits.row(4)[78] = NAN;
+    std::vector<int32_t> cpu_out(rows);
+    cpu_backend().argmax_rows(logits.host_ref(), cpu_out.data());
+    DeviceBuffer d_logits(gpu, logits.values), d_out(gpu, rows * sizeof(int32_t));
+    gpu.argmax_rows(Rows::device_ref(d_logits, rows, cols), d_out.as<int32_t>());
+    EXPECT_EQ(d_out.download<int32_t>(rows), cpu_out) << cols << " columns";
+    EXPECT_EQ(cpu_out[1], 123);
+    EXPECT_EQ(cpu_out[2], cols - 1);
+    EXPECT_EQ(cpu_out[3], 0);
+    EXPECT_EQ(cpu_out[4], 77);
+  }
 }
 
 TEST(CudaRowOps, RopeMatchesCpuInBothLayouts) {
