@@ -27,4 +27,10 @@ std::unique_ptr<backend::Graph> end_stream_capture(cudaStream_t stream) {
   return std::make_unique<CudaGraph>(exec, stream);
 }
 
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace cellm::cuda

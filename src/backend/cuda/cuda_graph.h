@@ -23,5 +23,8 @@ class CudaGraph final : public backend::Graph {
 void begin_stream_capture(cudaStream_t stream);
 // Ends the recording and instantiates it; throws with CUDA's reason when capture failed.
 std::unique_ptr<backend::Graph> end_stream_capture(cudaStream_t stream);
+// Whether the stream's work is being recorded now (a capture in progress, or one that failed and
+// awaits end_stream_capture): what is issued then runs at every replay, not now.
+bool stream_is_capturing(cudaStream_t stream);
 
 }  // namespace cellm::cuda

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/matmul_kernels.h"
@@ -87,10 +88,8 @@ void Matmul::run(const backend::TensorRef& x, const backend::TensorRef& w, const
 // (1.10x, a step's critical path 777 -> 712 us) quantizing apart; eager 832 -> 676 tok/s had it
 // done so too (30 launches more per step).
 bool Matmul::product_quantizes_itself(const backend::TensorRef& x, const backend::TensorRef& w) const {
-  if (x.rows != 1 || !gemv_one_token_supported(w) || x.cols > kGemvQuantizeMaxColumns) return false;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream_, &capture), "cudaStreamIsCapturing");
-  return capture == cudaStreamCaptureStatusNone;
+  return x.rows == 1 && gemv_one_token_supported(w) && x.cols <= kGemvQuantizeMaxColumns &&
+         !stream_is_capturing(stream_);
 }
 
 bool Matmul::quantizes_apart(const backend::TensorRef& x, const backend::TensorRef& w, ActivationFormat& format) const {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graph.h"
 
 namespace cellm::cuda {
 
@@ -18,9 +19,7 @@ RopeTables::~RopeTables() {
 const float2* RopeTables::find(const backend::RopeParams& p, cudaStream_t stream) {
   for (const Entry& e : entries_)
     if (e.base == p.base && e.freq_scale == p.freq_scale && e.rope_dim == p.rope_dim) return e.table;
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing");
-  if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+  if (stream_is_capturing(stream)) return nullptr;
   // The CPU kernel's loop, expression for expression (float, host libm).
   const int half = p.rope_dim / 2;
   const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dim));

@@ -47,6 +47,27 @@ void write_value(DType dtype, std::byte* row, int64_t i, float v) {
   }
 }
 
+// Element i of a pool row written by write_value, widened to float.
+float read_value(DType dtype, const std::byte* row, int64_t i) {
+  switch (dtype) {
+    case DType::F16: {
+      uint16_t h;
+      std::memcpy(&h, row + 2 * i, 2);
+      return fp16_to_fp32(h);
+    }
+    case DType::BF16: {
+      uint16_t b;
+      std::memcpy(&b, row + 2 * i, 2);
+      return bf16_to_fp32(b);
+    }
+    default: {
+      float f;
+      std::memcpy(&f, row + 4 * i, 4);
+      return f;
+    }
+  }
+}
+
 class PagedAttentionScenario {
  public:
   explicit PagedAttentionScenario(const Layout& layout)
@@ -207,8 +228,8 @@ class PagedAttentionScenario {
       for (int64_t t = 0; t < T; ++t)
         for (int64_t i = 0; i < per_layer; ++i) {
           const std::byte* row = pool_->row(s.cells[static_cast<size_t>(t)]);
-          k.row(t)[i] = load_plain(row + geometry_.k_offset(l), i);
-          v.row(t)[i] = load_plain(row + geometry_.v_offset(l), i);
+          k.row(t)[i] = read_value(layout_.dtype, row + geometry_.k_offset(l), i);
+          v.row(t)[i] = read_value(layout_.dtype, row + geometry_.v_offset(l), i);
         }
       DeviceBuffer d_k(gpu, k.values), d_v(gpu, v.values);
       const kv::WindowPages& wp = s.windows[static_cast<size_t>(geometry_.window_index(l))];
@@ -251,26 +272,6 @@ class PagedAttentionScenario {
       for (size_t offset : {geometry_.k_offset(l), geometry_.v_offset(l)})
         for (int64_t i = 0; i < int64_t{layout_.n_kv_heads} * layout_.head_dim; ++i)
           write_value(layout_.dtype, row + offset, i, value());
-  }
-
-  float load_plain(const std::byte* row, int64_t i) const {
-    switch (layout_.dtype) {
-      case DType::F16: {
-        uint16_t h;
-        std::memcpy(&h, row + 2 * i, 2);
-        return fp16_to_fp32(h);
-      }
-      case DType::BF16: {
-        uint16_t b;
-        std::memcpy(&b, row + 2 * i, 2);
-        return bf16_to_fp32(b);
-      }
-      default: {
-        float f;
-        std::memcpy(&f, row + 4 * i, 4);
-        return f;
-      }
-    }
   }
 
   Layout layout_;
