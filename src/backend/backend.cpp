@@ -49,6 +49,15 @@ void Backend::rms_norm_matmul(const TensorRef& x, const float* weight, float eps
   matmul(normed, w, bias, out);
 }
 
+void Backend::attention_matmul(const TensorRef& q, const PagedKv& kv, const int32_t* positions, float scale,
+                               const TensorRef& attn_out, const TensorRef& w, const float* bias,
+                               const TensorRef* residual, const TensorRef& out) {
+  attention(q, kv, positions, scale, attn_out);
+  if (residual == nullptr) return matmul(attn_out, w, bias, out);
+  if (bias != nullptr) fail(ErrorCode::Internal, "attention_matmul: a bias and a residual");
+  matmul_add(attn_out, w, *residual, out);
+}
+
 void Backend::glu_matmul(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& glu_out,
                          const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out) {
   glu(gate, up, act, glu_out);

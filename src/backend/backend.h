@@ -78,6 +78,13 @@ class Backend {
   // Causal (and windowed) attention of each query row over the cells its page list names.
   virtual void attention(const TensorRef& q, const PagedKv& kv, const int32_t* positions, float scale,
                          const TensorRef& out) = 0;
+  // attention into attn_out, then out = attn_out . w^T (+ bias), or with a residual
+  // out = residual + attn_out . w^T (matmul_add, no bias): bit for bit attention then matmul
+  // (or matmul_add), which is the default. A backend may fuse them (the executor calls this
+  // where an Attention op is followed by a MatMul or MatMulAdd of its output).
+  virtual void attention_matmul(const TensorRef& q, const PagedKv& kv, const int32_t* positions, float scale,
+                                const TensorRef& attn_out, const TensorRef& w, const float* bias,
+                                const TensorRef* residual, const TensorRef& out);
   virtual void add(const TensorRef& a, const TensorRef& b, const TensorRef& out) = 0;
   // out = residual + x . w^T, bit for bit matmul into out and then add(residual, out, out);
   // that is the default. A backend may fuse the two.

@@ -401,6 +401,14 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
                             static_cast<const int32_t*>(page_rows_[wi].data),
                             static_cast<const int32_t*>(pages_[wi].data),
                             op.scale_queries};
+        if (const model::Op* next = product_after(i, true)) {  // the output projection
+          const bool adds = next->code == OpCode::MatMulAdd;
+          const backend::TensorRef residual = adds ? ref(next->c) : backend::TensorRef{};
+          backend_.attention_matmul(ref(op.a), kv, ints(program.positions), op.scale, ref(op.out), ref(next->b),
+                                    adds ? nullptr : bias_of(*next), adds ? &residual : nullptr, ref(next->out));
+          ++i;
+          break;
+        }
         backend_.attention(ref(op.a), kv, ints(program.positions), op.scale, ref(op.out));
         break;
       }

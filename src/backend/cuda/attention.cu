@@ -27,6 +27,12 @@
 // the rows of those its step does not write, so that after the wait only the query and the
 // step's own new cells are a trip away. H200, decode step of one row at ~570 cells (kernel
 // trace): llama3-8b's shape 13.7 -> 10.0 us a call, SmolLM2's 9.7 -> 7.5.
+//
+// Where the output feeds a product that quantizes its activations apart (the output projection
+// of a one-row step captured in a graph, or of a few-row step), the blocks that write the output
+// also quantize it (write_outputs), one kernel per layer fewer. H200, same run, kernel trace of
+// a one-row step at ~570 cells: llama3-8b's shape 2018.4 -> 1987.3 us, SmolLM2's 710.1 -> 690.6
+// (the attention kernel 0.3-0.4 us longer a call, the quantize kernel, 1.0-1.3 us, gone).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -41,6 +47,7 @@
 #include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/plain_values.cuh"
+#include "backend/cuda/quantize_rules.cuh"
 #include "core/error.h"
 
 namespace cellm::cuda {
@@ -96,6 +103,11 @@ struct Args {
   int k_row_bytes;
   int k_stage_offset;
   int fresh_span;
+  // Where the output feeds a product that quantizes its activations apart (attention_matmul):
+  // the output rows quantized too, in `format`, by the block that writes them (quantized.codes
+  // null: none).
+  QuantizedActivations quantized;
+  ActivationFormat format;
 };
 
 // Bytes of shared memory before the staged V rows, rounded up so they are 16-byte aligned.
@@ -477,6 +489,47 @@ __device__ __forceinline__ int send_for_chunk(const Args& a, const Shared& s, co
   return entry;
 }
 
+// The block's outputs of row p.t, value(slot, c, head) for each (head, column) this thread owns
+// (called by every thread of the block). Where the output feeds a product that quantizes its
+// activations apart, the block's heads (whole blocks of the format: attention_matmul_fits) go
+// through shared memory - the query's place, no longer read - and are quantized here by
+// quantize_rules.cuh, the bits launch_quantize_activations would write, with the float row.
+template <int kHeadSlots, int kCols, class Value>
+__device__ __forceinline__ void write_outputs(const Args& a, float* smem_base, const Outputs& m, const Place& p,
+                                              Value&& value) {
+  const int hd = a.head_dim;
+  if (a.quantized.codes == nullptr) {
+    float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
+    for_each_owned<kHeadSlots, kCols>(
+        m, p.heads, [&](int k, int c, int h, int col) { out_row[h * hd + col] = value(k, c, h); });
+    return;
+  }
+  __syncthreads();  // every head group is past its last read of the query
+  float* staged = smem_base + static_cast<size_t>(p.in_block) * hd;  // [the block's heads][hd]
+  for_each_owned<kHeadSlots, kCols>(m, p.heads,
+                                    [&](int k, int c, int h, int col) { staged[h * hd + col] = value(k, c, h); });
+  __syncthreads();
+  const int first = p.block_h0 * hd, count = a.heads_per_block * hd;  // the block's columns of the row
+  const int row_blocks = a.n_heads * hd / (a.format == ActivationFormat::Q8_K ? 256 : 32);
+  float* y = a.out + p.t * a.out_stride;
+  const auto values = [&](int at) { return *reinterpret_cast<const float4*>(smem_base + (at - first)); };
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (a.format == ActivationFormat::Q8_K) {
+    for (int b = warp; b < count / 256; b += static_cast<int>(blockDim.x) / 32)  // warp-uniform
+      quantize::produce_q8_k(values, y, a.quantized, p.t, first / 256 + b, row_blocks, lane);
+    return;
+  }
+  const int blocks = count / 32, per_pass = static_cast<int>(blockDim.x) / 8;
+  for (int b0 = 0; b0 < blocks; b0 += per_pass) {  // block-uniform: every lane takes part
+    const int wanted = b0 + static_cast<int>(threadIdx.x) / 8;
+    const int b = first / 32 + min(wanted, blocks - 1);  // past the end: the last block, unstored
+    if (a.format == ActivationFormat::Q8_1)
+      quantize::produce_q8_32<true>(values, y, wanted < blocks, a.quantized, p.t, b, row_blocks, lane % 8);
+    else
+      quantize::produce_q8_32<false>(values, y, wanted < blocks, a.quantized, p.t, b, row_blocks, lane % 8);
+  }
+}
+
 // Folding a chunk (max m_c) into the running state (max m), attention_order.h: m' = max(m, m_c),
 // v = v * expf(m - m') + v_c * expf(m_c - m') for the sum and every output.
 struct FoldStep {
@@ -491,9 +544,8 @@ __device__ __forceinline__ FoldStep fold_step(float m, float m_c) {
 // Chunks folded in order by this block; writes the row's outputs for its heads.
 // chunk_of(chunk, o): chunk_result or staged_chunk_result.
 template <int kHeadSlots, int kCols, class ChunkOf>
-__device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, const Outputs& m, const Place& p, int n_chunks,
-                                              ChunkOf&& chunk_of) {
-  const int hd = a.head_dim;
+__device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, float* smem_base, const Outputs& m,
+                                              const Place& p, int n_chunks, ChunkOf&& chunk_of) {
   float acc[kHeadSlots][kCols], o[kHeadSlots][kCols];
   bool started = false;
   for (int chunk = 0; chunk < n_chunks; ++chunk) {
@@ -521,9 +573,8 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, co
     started = true;
     __syncthreads();
   }
-  float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
-  for_each_owned<kHeadSlots, kCols>(m, p.heads, [&](int k, int c, int h, int col) {
-    out_row[h * hd + col] = started ? __fdiv_rn(acc[k][c], s.sum[h]) : 0.0f;
+  write_outputs<kHeadSlots, kCols>(a, smem_base, m, p, [&](int k, int c, int h) {
+    return started ? __fdiv_rn(acc[k][c], s.sum[h]) : 0.0f;
   });
 }
 
@@ -548,7 +599,8 @@ constexpr float kFirstChunk = -2.0f;  // the first visible chunk: o = o_c
 // the maxima; with every thread computing all factors itself the expf chain cost as much.)
 // Reads with __ldcg: other blocks wrote them.
 template <int kHeadSlots, int kCols>
-__device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, const Place& p, int n_chunks) {
+__device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, const Outputs& m, const Place& p,
+                              int n_chunks) {
   constexpr int kFoldBatch = 32;  // a chunk per lane
   constexpr int kFoldLoads = 16;
   static_assert(kFoldBatch % kFoldLoads == 0 && 4 * kFoldBatch <= kChunk);
@@ -661,9 +713,8 @@ __device__ void fold_partials(const Args& a, const Shared& s, const Outputs& m, 
     }
     __syncthreads();  // the factors and s.max / s.sum are rewritten by the next batch
   }
-  float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
-  for_each_owned<kHeadSlots, kCols>(m, heads, [&](int k, int c, int h, int col) {
-    out_row[h * hd + col] = started[k] ? __fdiv_rn(o[k][c], l[k]) : 0.0f;
+  write_outputs<kHeadSlots, kCols>(a, smem_base, m, p, [&](int k, int c, int) {
+    return started[k] ? __fdiv_rn(o[k][c], l[k]) : 0.0f;
   });
 }
 
@@ -719,7 +770,7 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
     }
   };
   if (in_place) {
-    fold_in_place<kHeadSlots, kCols>(a, s, m, p, n_chunks, chunk_of);
+    fold_in_place<kHeadSlots, kCols>(a, s, reinterpret_cast<float*>(smem), m, p, n_chunks, chunk_of);
     return;
   }
   for (int chunk = blockIdx.y; chunk < n_chunks; chunk += gridDim.y) {
@@ -746,7 +797,7 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
   __syncthreads();
   if (arrived != static_cast<unsigned>(min(n_chunks, static_cast<int>(gridDim.y))) - 1) return;
   __threadfence();
-  fold_partials<kHeadSlots, kCols>(a, s, m, p, n_chunks);
+  fold_partials<kHeadSlots, kCols>(a, s, reinterpret_cast<float*>(smem), m, p, n_chunks);
   if (threadIdx.x == 0) *arrivals = 0;  // ready for the next launch (graphs replay this one)
 }
 
@@ -831,34 +882,52 @@ StagedShape staged_shape(int64_t rows, int n_heads, int group, int hd, int sm_co
   return best.slots >= kStagedMinSlots ? best : StagedShape{};
 }
 
-template <typename E>
-void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
-                  const TensorRef& out, const AttentionWorkspace& workspace, cudaStream_t stream) {
-  const int hd = kv.head_dim;
-  const int n_heads = static_cast<int>(q.cols / hd);
-  const int group = n_heads / kv.n_kv_heads;
-  const StagedShape staged = staged_shape<E>(q.rows, n_heads, group, hd, workspace.sm_count);
-
+// How a launch cuts the work: the staged kernel's shape (slots 0: not staged), the heads of a
+// block, the split slots per (row, heads) and the V rows staged at a time by the other kernels.
+struct Plan {
+  StagedShape staged;
+  int heads_per_block = 1;
+  int slots = 1;
+  bool split = false;
   int stage_cells = kChunk;
-  while (stage_cells > 8 && static_cast<size_t>(stage_cells) * hd * sizeof(E) > kStageBytes) stage_cells /= 2;
+  int64_t max_chunks = 0;
+};
 
+template <typename E>
+Plan plan_of(int64_t rows, int n_heads, int group, int hd, const AttentionWorkspace& workspace) {
+  Plan plan;
+  plan.staged = staged_shape<E>(rows, n_heads, group, hd, workspace.sm_count);
+  while (plan.stage_cells > 8 && static_cast<size_t>(plan.stage_cells) * hd * sizeof(E) > kStageBytes)
+    plan.stage_cells /= 2;
   // Otherwise a block per (row, KV head): the group's query heads share each K and V row it
   // loads - unless a block per query head is what it takes to give each SM one, where the shorter
   // chain of a one-head block wins (llama3-8b's shape, one row, 640 cells: 18.0 us per head, 22.5
   // per KV head; 8 rows: 41.5 and 24.4). Few rows also split the chunks over blocks; many fold
   // them in place.
-  const int heads_per_block = staged.slots > 0                             ? staged.heads
-                              : q.rows * n_heads <= workspace.sm_count ? 1
-                                                                           : group;
-  const int64_t base_blocks = q.rows * n_heads / heads_per_block;
-  int slots = staged.slots > 0 ? staged.slots
-                               : static_cast<int>(std::clamp<int64_t>(
-                                     2 * int64_t{kBlocksPerSm} * workspace.sm_count / base_blocks, 1, kMaxSlots));
-  const int64_t max_chunks =
-      static_cast<int64_t>(workspace.capacity_floats / (static_cast<size_t>(q.rows) * n_heads * (hd + 2)));
-  const bool split = slots > 1 && max_chunks >= 2 && workspace.partials != nullptr &&
-                     static_cast<size_t>(q.rows) * n_heads <= workspace.arrival_count;
-  if (!split) slots = 1;
+  plan.heads_per_block = plan.staged.slots > 0             ? plan.staged.heads
+                         : rows * n_heads <= workspace.sm_count ? 1
+                                                                : group;
+  const int64_t base_blocks = rows * n_heads / plan.heads_per_block;
+  plan.slots = plan.staged.slots > 0 ? plan.staged.slots
+                                     : static_cast<int>(std::clamp<int64_t>(
+                                           2 * int64_t{kBlocksPerSm} * workspace.sm_count / base_blocks, 1, kMaxSlots));
+  plan.max_chunks = static_cast<int64_t>(workspace.capacity_floats / (static_cast<size_t>(rows) * n_heads * (hd + 2)));
+  plan.split = plan.slots > 1 && plan.max_chunks >= 2 && workspace.partials != nullptr &&
+               static_cast<size_t>(rows) * n_heads <= workspace.arrival_count;
+  if (!plan.split) plan.slots = 1;
+  return plan;
+}
+
+template <typename E>
+void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
+                  const TensorRef& out, const AttentionWorkspace& workspace, const AttentionQuantizedOut* quantized,
+                  cudaStream_t stream) {
+  const int hd = kv.head_dim;
+  const int n_heads = static_cast<int>(q.cols / hd);
+  const int group = n_heads / kv.n_kv_heads;
+  const Plan plan = plan_of<E>(q.rows, n_heads, group, hd, workspace);
+  const StagedShape staged = plan.staged;
+  const int heads_per_block = plan.heads_per_block;
 
   const Args args{static_cast<const float*>(q.data),
                   q.row_stride / sizeof(float),
@@ -878,21 +947,23 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
                   kv.pages,
                   positions,
                   scale,
-                  split ? workspace.partials : nullptr,
+                  plan.split ? workspace.partials : nullptr,
                   workspace.arrivals,
-                  static_cast<int>(std::min<int64_t>(max_chunks, 1 << 30)),
-                  staged.slots > 0 ? kChunk : stage_cells,
+                  static_cast<int>(std::min<int64_t>(plan.max_chunks, 1 << 30)),
+                  staged.slots > 0 ? kChunk : plan.stage_cells,
                   staged.slots > 0 ? staged_k_row_bytes(hd, sizeof(E)) : 0,
                   staged.slots > 0 ? static_cast<int>(staged_k_offset(heads_per_block, hd, sizeof(E))) : 0,
-                  static_cast<int>(q.rows)};  // a row's step may have written its q.rows newest cells
-  const dim3 grid(static_cast<unsigned>(n_heads / heads_per_block), static_cast<unsigned>(slots),
+                  static_cast<int>(q.rows),  // a row's step may have written its q.rows newest cells
+                  quantized != nullptr ? quantized->q : QuantizedActivations{},
+                  quantized != nullptr ? quantized->format : ActivationFormat::Q8_0};
+  const dim3 grid(static_cast<unsigned>(n_heads / heads_per_block), static_cast<unsigned>(plan.slots),
                   static_cast<unsigned>(q.rows));
   if (staged.slots > 0) {
     launch_kernel("attention kernel", staged_kernel<E>(heads_per_block), grid, kThreads * heads_per_block,
                   staged_shared_bytes(heads_per_block, hd, sizeof(E)), stream, args);
     return;
   }
-  const size_t smem = staging_offset(heads_per_block, hd) + static_cast<size_t>(stage_cells) * hd * sizeof(E);
+  const size_t smem = staging_offset(heads_per_block, hd) + static_cast<size_t>(plan.stage_cells) * hd * sizeof(E);
   if (column_count(hd) == 1)
     launch_columns<E, 1>(args, grid, smem, stream);
   else
@@ -912,8 +983,39 @@ size_t attention_partials_floats() {
 // A split row needs two chunk slots of head_dim + 2 >= 10 floats per head.
 size_t attention_arrival_count() { return attention_partials_floats() / 20; }
 
+namespace {
+
+// The pool's element type as a kernel parameter.
+template <class F>
+auto visit_pool_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F16: return f(__half{});
+    case DType::BF16: return f(__nv_bfloat16{});
+    default: return f(float{});
+  }
+}
+
+}  // namespace
+
+bool attention_quantize_supported(const TensorRef& q, const backend::PagedKv& kv, const TensorRef& out,
+                                  ActivationFormat format, const AttentionWorkspace& workspace) {
+  const int hd = kv.head_dim;
+  if (!is_plain(kv.dtype) || hd <= 0 || kv.n_kv_heads <= 0 || q.cols % (int64_t{kv.n_kv_heads} * hd) != 0) return false;
+  if (out.dtype != DType::F32 || out.rows != q.rows || out.cols != q.cols || !aligned(out.data, 16) ||
+      out.row_stride % 16 != 0 || q.rows > 65535)
+    return false;
+  const int n_heads = static_cast<int>(q.cols / hd);
+  const int group = n_heads / kv.n_kv_heads;
+  // Each block quantizes the outputs it writes: its heads must be whole blocks of the format.
+  const int heads_per_block = visit_pool_type(kv.dtype, [&](auto e) {
+    return plan_of<decltype(e)>(q.rows, n_heads, group, hd, workspace).heads_per_block;
+  });
+  return heads_per_block * hd % activation_block_elems(format) == 0;
+}
+
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
-                      const TensorRef& out, const AttentionWorkspace& workspace, cudaStream_t stream) {
+                      const TensorRef& out, const AttentionWorkspace& workspace, const AttentionQuantizedOut* quantized,
+                      cudaStream_t stream) {
   const int hd = kv.head_dim;
   if (!is_plain(kv.dtype)) fail(ErrorCode::Unsupported, "attention over a ", dtype_name(kv.dtype), " KV pool on CUDA");
   const size_t elem = dtype_info(kv.dtype).block_bytes;
@@ -931,11 +1033,11 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
     fail(ErrorCode::Internal, "attention: KV rows are not 16-byte aligned");
   if (q.rows == 0) return;
   if (q.rows > 65535 || n_heads > 65535) fail(ErrorCode::Internal, "attention: grid too large");
-  switch (kv.dtype) {
-    case DType::F16: launch_typed<__half>(q, kv, positions, scale, out, workspace, stream); break;
-    case DType::BF16: launch_typed<__nv_bfloat16>(q, kv, positions, scale, out, workspace, stream); break;
-    default: launch_typed<float>(q, kv, positions, scale, out, workspace, stream); break;
-  }
+  if (quantized != nullptr && !attention_quantize_supported(q, kv, out, quantized->format, workspace))
+    fail(ErrorCode::Internal, "attention: quantized output of ", q.rows, " x ", q.cols, " not supported");
+  visit_pool_type(kv.dtype, [&](auto e) {
+    launch_typed<decltype(e)>(q, kv, positions, scale, out, workspace, quantized, stream);
+  });
 }
 
 }  // namespace cellm::cuda

@@ -228,10 +228,37 @@ void CudaBackend::rope_kv_store(const TensorRef& x, const int32_t* positions, co
   Backend::rope_kv_store(x, positions, params, k, v, dst);
 }
 
+AttentionWorkspace CudaBackend::attention_workspace() const {
+  return {attention_partials_, attention_partials_floats_, attention_arrivals_, attention_arrival_count(), sm_count_};
+}
+
 void CudaBackend::attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                             const TensorRef& out) {
   use_device(device_);
-  launch_attention(q, kv, positions, scale, out, {attention_partials_, attention_partials_floats_, attention_arrivals_, attention_arrival_count(), sm_count_}, stream_);
+  launch_attention(q, kv, positions, scale, out, attention_workspace(), nullptr, stream_);
+}
+
+// Where the output projection would quantize its activations in a launch of their own, the
+// attention kernel's blocks quantize the rows they write (a kernel per layer fewer).
+void CudaBackend::attention_matmul(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions,
+                                   float scale, const TensorRef& attn_out, const TensorRef& w, const float* bias,
+                                   const TensorRef* residual, const TensorRef& out) {
+  use_device(device_);
+  const float* product_bias = bias;
+  if (residual != nullptr) {
+    product_bias = bias == nullptr ? residual_as_bias(attn_out.rows, *residual, out) : nullptr;
+    if (product_bias == nullptr)
+      return Backend::attention_matmul(q, kv, positions, scale, attn_out, w, bias, residual, out);
+  }
+  const AttentionWorkspace workspace = attention_workspace();
+  matmul_->run_produced(
+      attn_out, w, product_bias, out,
+      [&](ActivationFormat format) { return attention_quantize_supported(q, kv, attn_out, format, workspace); },
+      [&] { launch_attention(q, kv, positions, scale, attn_out, workspace, nullptr, stream_); },
+      [&](ActivationFormat format, const QuantizedActivations& quantized) {
+        const AttentionQuantizedOut with{format, quantized};
+        launch_attention(q, kv, positions, scale, attn_out, workspace, &with, stream_);
+      });
 }
 
 void CudaBackend::add(const TensorRef& a, const TensorRef& b, const TensorRef& out) {

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/device_kv_storage.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/rope_table.h"
 
 namespace cellm::cuda {
@@ -59,6 +60,9 @@ class CudaBackend final : public backend::Backend {
                  const TensorRef& out) override;
   void add(const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
   void glu(const TensorRef& gate, const TensorRef& up, backend::GluActivation act, const TensorRef& out) override;
+  void attention_matmul(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
+                        const TensorRef& attn_out, const TensorRef& w, const float* bias, const TensorRef* residual,
+                        const TensorRef& out) override;
   void glu_matmul(const TensorRef& gate, const TensorRef& up, backend::GluActivation act, const TensorRef& glu_out,
                   const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out) override;
   void gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) override;
@@ -81,6 +85,7 @@ class CudaBackend final : public backend::Backend {
   void matmul_gemm(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out);
 
  private:
+  AttentionWorkspace attention_workspace() const;
   void free_all();
 
   int device_;

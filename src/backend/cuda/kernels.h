@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/matmul_kernels.h"
 #include "backend/ops.h"
 
 namespace cellm::cuda {
@@ -76,7 +77,18 @@ inline constexpr int kAttentionMaxHeadDim = 256;
 inline constexpr int kAttentionMaxGroupDims = 4096;  // query heads per KV head x head_dim
 size_t attention_partials_floats();
 size_t attention_arrival_count();  // enough for every (row, head) that fits the partials
+// The output row quantized as launch_quantize_activations(out) would, beside the float row: the
+// activations of the product that follows (the output projection), in the same launch.
+struct AttentionQuantizedOut {
+  ActivationFormat format;
+  QuantizedActivations q;
+};
+// Whether launch_attention can write this output quantized in `format` (each block quantizes
+// the heads it writes, which must be whole blocks of the format).
+bool attention_quantize_supported(const TensorRef& q, const backend::PagedKv& kv, const TensorRef& out,
+                                  ActivationFormat format, const AttentionWorkspace& workspace);
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
-                      const TensorRef& out, const AttentionWorkspace& workspace, cudaStream_t stream);
+                      const TensorRef& out, const AttentionWorkspace& workspace, const AttentionQuantizedOut* quantized,
+                      cudaStream_t stream);
 
 }  // namespace cellm::cuda

@@ -99,21 +99,6 @@ bool Matmul::quantizes_apart(const backend::TensorRef& x, const backend::TensorR
   return x.rows <= kQuantizedElems / x.cols;  // one chunk of run_exact
 }
 
-template <class Fits, class Plain, class Quantizing>
-void Matmul::run_produced(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
-                          const backend::TensorRef& out, Fits fits, Plain plain, Quantizing quantizing) {
-  ActivationFormat format;
-  if (out.rows != x.rows || out.cols != w.rows || out.dtype != DType::F32 || !quantizes_apart(x, w, format) ||
-      !fits(format)) {
-    plain();
-    return run(x, w, bias, out);
-  }
-  if (x.rows == 0) return;
-  const QuantizedActivations q = carve_quantized_activations(q_scratch_, x.rows, x.cols);
-  quantizing(format, q);
-  launch_exact_matmul(x, q, w, bias, out, sm_count_, stream_);
-}
-
 void Matmul::run_normed(const backend::TensorRef& x, const float* norm_weight, float eps,
                         const backend::TensorRef& normed, const backend::TensorRef& w, const float* bias,
                         const backend::TensorRef& out) {

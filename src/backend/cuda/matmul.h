@@ -49,6 +49,24 @@ class Matmul {
   void run_after_glu(const backend::TensorRef& gate, const backend::TensorRef& up, backend::GluActivation act,
                      const backend::TensorRef& glu_out, const backend::TensorRef& w, const float* bias,
                      const backend::TensorRef& out);
+  // x is made by a producer kernel (the norm, the GLU, attention), then multiplied as
+  // run(x, w, bias, out) would: where run would quantize x in a launch of its own and
+  // fits(format) says the producer can write that format, quantizing(format, q) makes x and its
+  // quantized form in one launch; otherwise plain() makes x and run multiplies it.
+  template <class Fits, class Plain, class Quantizing>
+  void run_produced(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+                    const backend::TensorRef& out, Fits fits, Plain plain, Quantizing quantizing) {
+    ActivationFormat format;
+    if (out.rows != x.rows || out.cols != w.rows || out.dtype != DType::F32 || !quantizes_apart(x, w, format) ||
+        !fits(format)) {
+      plain();
+      return run(x, w, bias, out);
+    }
+    if (x.rows == 0) return;
+    const QuantizedActivations q = carve_quantized_activations(q_scratch_, x.rows, x.cols);
+    quantizing(format, q);
+    launch_exact_matmul(x, q, w, bias, out, sm_count_, stream_);
+  }
   // The bf16 tensor-core path whatever the row count (tests compare the paths with it).
   void run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
                 const backend::TensorRef& out);
@@ -61,13 +79,6 @@ class Matmul {
   bool product_quantizes_itself(const backend::TensorRef& x, const backend::TensorRef& w) const;
   // Whether run(x, w) quantizes all of x in one launch of its own, and in which format.
   bool quantizes_apart(const backend::TensorRef& x, const backend::TensorRef& w, ActivationFormat& format) const;
-  // x is made by a producer kernel, then multiplied as run(x, w, bias, out) would: where run
-  // would quantize x in a launch of its own and fits(format) says the producer can write that
-  // format, quantizing(format, q) makes x and its quantized form in one launch; otherwise
-  // plain() makes x and run multiplies it.
-  template <class Fits, class Plain, class Quantizing>
-  void run_produced(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
-                    const backend::TensorRef& out, Fits fits, Plain plain, Quantizing quantizing);
   void gemm_bf16(const void* w, int64_t lda, const void* x, int64_t n_rows, int64_t t_rows, int64_t k, float* out,
                  int64_t ldc);
   void free_all();

@@ -7,6 +7,8 @@
 // AVX2/FMA, and always for f32/bf16 pools, whichever way it cuts the work: split over blocks
 // with the backend's workspace, folded in place for rows the workspace cannot hold, or with no
 // workspace at all.
+// With its output quantized by the blocks that write it (the output projection's activations),
+// the quantized rows are the bytes launch_quantize_activations makes of the float output.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,8 +175,38 @@ class PagedAttentionScenario {
            {AttentionWorkspace{d_partials.as<float>(), two_chunks, d_arrivals.as<unsigned>(), arrival_count, gpu.sm_count()},
             AttentionWorkspace{nullptr, 0, nullptr, 0, gpu.sm_count()}}) {
         launch_attention(Rows::device_ref(d_q, T, q_cols), device_kv, d_pos.as<int32_t>(), scale,
-                         Rows::device_ref(d_out, T, q_cols), ws, gpu.stream());
-        results.emplace_back(ws.partials ? "two-chunk workspace" : "no workspace", d_out.download<float>(q.values.size()));
+                         Rows::device_ref(d_out, T, q_cols), ws, nullptr, gpu.stream());
+        const std::string how = ws.partials ? "two-chunk workspace" : "no workspace";
+        results.emplace_back(how, d_out.download<float>(q.values.size()));
+        // The output quantized by the blocks that write it (attention_matmul) must be the bytes
+        // launch_quantize_activations makes of the float output, which stays the same.
+        const size_t q_bytes = quantized_activation_bytes(T, q_cols);
+        for (ActivationFormat format : {ActivationFormat::Q8_K, ActivationFormat::Q8_1, ActivationFormat::Q8_0}) {
+          const TensorRef out_ref = Rows::device_ref(d_out, T, q_cols);
+          const bool supported = attention_quantize_supported(Rows::device_ref(d_q, T, q_cols), device_kv, out_ref,
+                                                              format, ws);
+          // Heads of whole blocks of the format (32 values: every layout here) always quantize in
+          // the kernel, whatever heads a block takes.
+          if (layout_.head_dim % activation_block_elems(format) == 0) {
+            EXPECT_TRUE(supported) << what << " (" << how << ")";
+          }
+          if (!supported) continue;
+          DeviceBuffer d_got(gpu, std::vector<uint8_t>(q_bytes, 0)), d_want(gpu, std::vector<uint8_t>(q_bytes, 0));
+          const AttentionQuantizedOut quantized{format, carve_quantized_activations(d_got.data(), T, q_cols)};
+          launch_quantize_activations(out_ref, format, carve_quantized_activations(d_want.data(), T, q_cols),
+                                      gpu.stream());
+          launch_attention(Rows::device_ref(d_q, T, q_cols), device_kv, d_pos.as<int32_t>(), scale, out_ref, ws,
+                           &quantized, gpu.stream());
+          const std::string with = how + ", quantized " +
+                                   (format == ActivationFormat::Q8_K   ? "Q8_K"
+                                    : format == ActivationFormat::Q8_1 ? "Q8_1"
+                                                                       : "Q8_0");
+          results.emplace_back(with, d_out.download<float>(q.values.size()));
+          const std::vector<uint8_t> got = d_got.download<uint8_t>(q_bytes), want = d_want.download<uint8_t>(q_bytes);
+          size_t differ = 0;
+          for (size_t i = 0; i < q_bytes; ++i) differ += got[i] != want[i];
+          EXPECT_EQ(differ, 0u) << what << " layer " << l << " (" << with << "): bytes of the quantized output";
+        }
       }
       const std::vector<uint32_t> arrivals = d_arrivals.download<uint32_t>(arrival_count);
       EXPECT_EQ(std::count(arrivals.begin(), arrivals.end(), 0u), static_cast<long>(arrival_count))
