@@ -1,7 +1,8 @@
 // CPU attention over paged cells, the reference the CUDA kernels are held to bit for bit: the
 // right values (against a double-precision softmax over the visible cells) for f16, bf16 and
 // f32 pools, and the same bits however many threads share the work, including decode rows
-// whose few KV-head groups are split into smaller sets of heads.
+// whose few KV-head groups are split into smaller sets of heads; and attention_matmul is
+// attention then the product of its output.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,9 +13,11 @@
 #include <vector>
 
 #include "backend/attention_order.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
+#include "matmul_test_support.h"
 
 namespace cellm::cpu {
 namespace {
@@ -234,6 +237,40 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention,
                                          Case{2, 1, 4, 64, 48},   // a window
                                          Case{7, 2, 2, 32, 0},    // a prefill slice
                                          Case{1, 8, 1, 64, 0}));  // no grouping
+
+// Backend::attention_matmul (the executor's call for an Attention op followed by a MatMul or
+// MatMulAdd of its output) is, bit for bit, attention into `attn_out` and then matmul (or
+// matmul_add) of `attn_out`: backends that fuse it (CUDA quantizes the product's activations in
+// the attention kernel) must give these bits, and the CPU computes exactly this.
+TEST(AttentionMatmul, IsAttentionThenTheProductOfItsOutput) {
+  CpuBackend cpu(2);
+  const Case c{3, 2, 2, 64, 0};
+  PagedCache s = make(c, 100, 29);
+  const int64_t T = c.rows, cols = int64_t{c.n_kv_heads} * c.group * c.head_dim, rows = 24;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const auto residual = test::random_activations(T, rows, rows, 6);
+  auto ref = [&](const std::vector<float>& v, int64_t width) {
+    return backend::TensorRef{const_cast<float*>(v.data()), DType::F32, T, width, width * sizeof(float)};
+  };
+  const backend::TensorRef q = ref(s.q, cols);
+  for (DType type : {DType::Q4_K, DType::Q8_0}) {
+    const auto w = test::random_weights(type, rows, cols, 7);
+    const backend::TensorRef wr{const_cast<void*>(w.matrix.data), type, rows, cols, w.matrix.row_bytes};
+    for (bool adds : {false, true}) {
+      const backend::TensorRef res = ref(residual, rows);
+      std::vector<float> attn(T * cols), out(T * rows), attn_apart(T * cols), out_apart(T * rows);
+      cpu.attention_matmul(q, s.kv, s.positions.data(), scale, ref(attn, cols), wr, nullptr, adds ? &res : nullptr,
+                           ref(out, rows));
+      cpu.attention(q, s.kv, s.positions.data(), scale, ref(attn_apart, cols));
+      if (adds)
+        cpu.matmul_add(ref(attn_apart, cols), wr, res, ref(out_apart, rows));
+      else
+        cpu.matmul(ref(attn_apart, cols), wr, nullptr, ref(out_apart, rows));
+      EXPECT_EQ(std::memcmp(attn.data(), attn_apart.data(), attn.size() * sizeof(float)), 0) << dtype_name(type);
+      EXPECT_EQ(std::memcmp(out.data(), out_apart.data(), out.size() * sizeof(float)), 0) << dtype_name(type);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace cellm::cpu
