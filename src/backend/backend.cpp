@@ -43,6 +43,19 @@ void Backend::rope_kv_store(const TensorRef& x, const int32_t* positions, const 
   kv_store(k, v, dst);
 }
 
+namespace {
+
+// The product a fused call's default makes of its producer's output x: matmul (+ bias), or
+// matmul_add of the residual (which takes no bias).
+void product_of(Backend& backend, const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef* residual,
+                const TensorRef& out, const char* call) {
+  if (residual == nullptr) return backend.matmul(x, w, bias, out);
+  if (bias != nullptr) fail(ErrorCode::Internal, call, ": a bias and a residual");
+  backend.matmul_add(x, w, *residual, out);
+}
+
+}  // namespace
+
 void Backend::rms_norm_matmul(const TensorRef& x, const float* weight, float eps, const TensorRef& normed,
                               const TensorRef& w, const float* bias, const TensorRef& out) {
   rms_norm(x, weight, static_cast<int32_t>(x.cols), eps, normed);
@@ -53,17 +66,13 @@ void Backend::attention_matmul(const TensorRef& q, const PagedKv& kv, const int3
                                const TensorRef& attn_out, const TensorRef& w, const float* bias,
                                const TensorRef* residual, const TensorRef& out) {
   attention(q, kv, positions, scale, attn_out);
-  if (residual == nullptr) return matmul(attn_out, w, bias, out);
-  if (bias != nullptr) fail(ErrorCode::Internal, "attention_matmul: a bias and a residual");
-  matmul_add(attn_out, w, *residual, out);
+  product_of(*this, attn_out, w, bias, residual, out, "attention_matmul");
 }
 
 void Backend::glu_matmul(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& glu_out,
                          const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out) {
   glu(gate, up, act, glu_out);
-  if (residual == nullptr) return matmul(glu_out, w, bias, out);
-  if (bias != nullptr) fail(ErrorCode::Internal, "glu_matmul: a bias and a residual");
-  matmul_add(glu_out, w, *residual, out);
+  product_of(*this, glu_out, w, bias, residual, out, "glu_matmul");
 }
 
 void* Backend::allocate_host(size_t bytes, const char* what) {

@@ -350,6 +350,23 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
     const bool product = next.code == OpCode::MatMul || (or_matmul_add && next.code == OpCode::MatMulAdd);
     return product && next.a == program.ops[i].out ? &next : nullptr;
   };
+  // What a MatMul or MatMulAdd after a producer adds to its product, for the backend's fused
+  // calls: the MatMul's bias, or the MatMulAdd's residual (which takes no bias).
+  struct ProductTail {
+    const float* bias = nullptr;
+    backend::TensorRef residual;
+    bool adds = false;
+    const backend::TensorRef* residual_or_null() const { return adds ? &residual : nullptr; }
+  };
+  auto tail_of = [&](const model::Op& product) {
+    ProductTail tail;
+    tail.adds = product.code == OpCode::MatMulAdd;
+    if (tail.adds)
+      tail.residual = ref(product.c);
+    else
+      tail.bias = bias_of(product);
+    return tail;
+  };
   // Where a KvStore op writes: its layer's K and V bytes of the pool rows the step's cells name.
   auto kv_destination = [&](const model::Op& store) {
     const kv::LayerGeometry& g = geometry.layer(store.layer);
@@ -402,10 +419,9 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
                             static_cast<const int32_t*>(pages_[wi].data),
                             op.scale_queries};
         if (const model::Op* next = product_after(i, true)) {  // the output projection
-          const bool adds = next->code == OpCode::MatMulAdd;
-          const backend::TensorRef residual = adds ? ref(next->c) : backend::TensorRef{};
+          const ProductTail tail = tail_of(*next);
           backend_.attention_matmul(ref(op.a), kv, ints(program.positions), op.scale, ref(op.out), ref(next->b),
-                                    adds ? nullptr : bias_of(*next), adds ? &residual : nullptr, ref(next->out));
+                                    tail.bias, tail.residual_or_null(), ref(next->out));
           ++i;
           break;
         }
@@ -415,10 +431,9 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
       case OpCode::Add: backend_.add(ref(op.a), ref(op.b), ref(op.out)); break;
       case OpCode::Glu: {
         if (const model::Op* next = product_after(i, true)) {
-          const bool adds = next->code == OpCode::MatMulAdd;
-          const backend::TensorRef residual = adds ? ref(next->c) : backend::TensorRef{};
-          backend_.glu_matmul(ref(op.a), ref(op.b), op.act, ref(op.out), ref(next->b), adds ? nullptr : bias_of(*next),
-                              adds ? &residual : nullptr, ref(next->out));
+          const ProductTail tail = tail_of(*next);
+          backend_.glu_matmul(ref(op.a), ref(op.b), op.act, ref(op.out), ref(next->b), tail.bias,
+                              tail.residual_or_null(), ref(next->out));
           ++i;
           break;
         }

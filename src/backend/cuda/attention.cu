@@ -491,7 +491,7 @@ __device__ __forceinline__ int send_for_chunk(const Args& a, const Shared& s, co
 
 // The block's outputs of row p.t, value(slot, c, head) for each (head, column) this thread owns
 // (called by every thread of the block). Where the output feeds a product that quantizes its
-// activations apart, the block's heads (whole blocks of the format: attention_matmul_fits) go
+// activations apart, the block's heads (whole blocks of the format: attention_quantize_supported) go
 // through shared memory - the query's place, no longer read - and are quantized here by
 // quantize_rules.cuh, the bits launch_quantize_activations would write, with the float row.
 template <int kHeadSlots, int kCols, class Value>

@@ -48,8 +48,8 @@ void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const 
 // One f32 activation row (gemv_one_token.cu): the same results as launch_exact_matmul. `q`
 // holds x quantized (launch_quantize_activations), or is null: then the kernel quantizes x
 // itself, one launch instead of two, which pays while the row is short (kGemvQuantizeMaxColumns:
-// each block quantizes the whole row) and launches are made one by one (matmul.cpp). Supported for every quantized type of the exact kernels
-// with rows of at most 32768 columns.
+// each block quantizes the whole row) and launches are made one by one (matmul.cpp). Supported
+// for every quantized type of the exact kernels with rows of at most 32768 columns.
 inline constexpr int64_t kGemvQuantizeMaxColumns = 2048;
 bool gemv_one_token_supported(const TensorRef& w);
 void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
