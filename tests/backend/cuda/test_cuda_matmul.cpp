@@ -6,6 +6,7 @@
 // weights.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <deque>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_kernels.h"
+#include "core/half.h"
 #include "cuda_test_support.h"
 #include "gguf/dequantize.h"
 #include "gguf/file.h"
@@ -411,6 +413,78 @@ TEST(CudaMatmul, GluMatmulIsGluThenMatmul) {
       }
       gpu.release(placed.data);
     }
+  }
+}
+
+// attention_matmul (attention and the product of its output, with or without the residual of
+// matmul_add; where the product would quantize its activations in a launch of their own, the
+// attention blocks that write the output do it) gives the bits of attention then matmul (or
+// matmul_add): eager, captured in a graph (one row: the product quantizes apart there) and for
+// three rows. llama3-like heads: 2 KV heads of 128, 4 query heads each, over 300 cells of an f16
+// pool in pages of 16 (the last page part free).
+TEST(CudaMatmul, AttentionMatmulIsAttentionThenMatmul) {
+  CELLM_REQUIRE_GPU(gpu);
+  constexpr int32_t kKvHeads = 2, kHeadDim = 128, kGroup = 4, kPage = 16, kCells = 300;
+  constexpr int32_t kPages = (kCells + kPage - 1) / kPage;
+  const int64_t K = int64_t{kKvHeads} * kGroup * kHeadDim, N = 48;
+  const size_t kv_bytes = size_t{kKvHeads} * kHeadDim * sizeof(uint16_t);
+  const size_t row_stride = 2 * kv_bytes;  // a cell's K then its V
+  const Rows pool_values = random_rows(int64_t{kPages} * kPage, 2 * kKvHeads * kHeadDim, 191);
+  std::vector<uint16_t> pool(pool_values.values.size());
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = fp32_to_fp16(pool_values.values[i]);
+  std::vector<int32_t> cell_pos(static_cast<size_t>(kPages) * kPage, INT32_MAX);  // free: seen by no row
+  for (int32_t c = 0; c < kCells; ++c) cell_pos[static_cast<size_t>(c)] = c;
+  DeviceBuffer d_pool(gpu, pool), d_cell_pos(gpu, cell_pos);
+  const Rows source = random_rows(N, K, 192, 0.05f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  for (DType type : {DType::Q4_K, DType::Q4_1, DType::Q8_0}) {
+    HostWeight w = quantized_weight(type, source);
+    const TensorRef placed = gpu.place_weight(w.ref(), "w");
+    for (int64_t T : {1, 3}) {
+      // Every row reads the whole page list, at the last T positions.
+      std::vector<int32_t> page_rows, pages, positions;
+      for (int64_t t = 0; t <= T; ++t) page_rows.push_back(static_cast<int32_t>(t * kPages));
+      for (int64_t t = 0; t < T; ++t) {
+        for (int32_t p = 0; p < kPages; ++p) pages.push_back(p);
+        positions.push_back(static_cast<int32_t>(kCells - T + t));
+      }
+      DeviceBuffer d_page_rows(gpu, page_rows), d_pages(gpu, pages), d_pos(gpu, positions);
+      const backend::PagedKv kv{d_pool.data(), static_cast<const char*>(d_pool.data()) + kv_bytes, row_stride,
+                                DType::F16, kKvHeads, kHeadDim, 0, kPage, d_cell_pos.as<int32_t>(),
+                                d_page_rows.as<int32_t>(), d_pages.as<int32_t>()};
+      const Rows q = random_rows(T, K, static_cast<uint32_t>(193 + T), 2.0f);
+      const Rows residual = random_rows(T, N, static_cast<uint32_t>(197 + T), 4.0f);
+      DeviceBuffer d_q(gpu, q.values), d_res(gpu, residual.values);
+      const TensorRef gq = Rows::device_ref(d_q, T, K), res = Rows::device_ref(d_res, T, N);
+      for (bool captured : {false, true}) {
+        if (captured && T != 1) continue;
+        for (bool adds : {false, true}) {
+          FusedAndApart calls(gpu, T, K, N);
+          gpu.attention(gq, kv, d_pos.as<int32_t>(), scale, calls.mid_apart());
+          if (adds)
+            gpu.matmul_add(calls.mid_apart(), placed, res, calls.out_apart());
+          else
+            gpu.matmul(calls.mid_apart(), placed, nullptr, calls.out_apart());
+          auto fused = [&] {
+            gpu.attention_matmul(gq, kv, d_pos.as<int32_t>(), scale, calls.mid(), placed, nullptr,
+                                 adds ? &res : nullptr, calls.out());
+          };
+          if (captured) {
+            gpu.synchronize();
+            gpu.begin_capture();
+            fused();
+            const std::unique_ptr<backend::Graph> graph = gpu.end_capture();
+            graph->launch();
+            gpu.synchronize();
+          } else {
+            fused();
+          }
+          calls.expect_same(std::string(dtype_name(type)) + " T=" + std::to_string(T) +
+                            (captured ? " captured" : " eager") + (adds ? " +residual" : ""));
+        }
+      }
+    }
+    gpu.release(placed.data);
   }
 }
 
