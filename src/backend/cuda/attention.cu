@@ -510,9 +510,12 @@ __device__ __forceinline__ void write_outputs(const Args& a, float* smem_base, c
                                     [&](int k, int c, int h, int col) { staged[h * hd + col] = value(k, c, h); });
   __syncthreads();
   const int first = p.block_h0 * hd, count = a.heads_per_block * hd;  // the block's columns of the row
-  const int row_blocks = a.n_heads * hd / (a.format == ActivationFormat::Q8_K ? 256 : 32);
+  const int row_blocks = a.n_heads * hd / activation_block_elems(a.format);
   float* y = a.out + p.t * a.out_stride;
   const auto values = [&](int at) { return *reinterpret_cast<const float4*>(smem_base + (at - first)); };
+  // The loops of rms_norm_quantize_kernel, written out again: the two as one helper of
+  // quantize_rules.cuh (a CTA's blocks [begin, end) in passes) took this kernel 0.36 us longer a
+  // call (H200, llama3-8b b1, kernel trace, two calls: 331.5 -> 343.1 us a step).
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (a.format == ActivationFormat::Q8_K) {
     for (int b = warp; b < count / 256; b += static_cast<int>(blockDim.x) / 32)  // warp-uniform
@@ -918,6 +921,11 @@ Plan plan_of(int64_t rows, int n_heads, int group, int hd, const AttentionWorksp
   return plan;
 }
 
+// Each block quantizes the outputs it writes: its heads must be whole blocks of the format.
+bool plan_quantizes(const Plan& plan, int hd, ActivationFormat format) {
+  return plan.heads_per_block * hd % activation_block_elems(format) == 0;
+}
+
 template <typename E>
 void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                   const TensorRef& out, const AttentionWorkspace& workspace, const AttentionQuantizedOut* quantized,
@@ -926,6 +934,8 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
   const int n_heads = static_cast<int>(q.cols / hd);
   const int group = n_heads / kv.n_kv_heads;
   const Plan plan = plan_of<E>(q.rows, n_heads, group, hd, workspace);
+  if (quantized != nullptr && !plan_quantizes(plan, hd, quantized->format))
+    fail(ErrorCode::Internal, "attention: quantized output of ", q.rows, " x ", q.cols, " not supported");
   const StagedShape staged = plan.staged;
   const int heads_per_block = plan.heads_per_block;
 
@@ -972,6 +982,13 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
 
 bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
+// The output rows a launch with quantized output writes through shared memory: f32, the query's
+// shape, 16-byte aligned (the plan's heads per block decide the rest: plan_quantizes).
+bool output_quantizable(const TensorRef& q, const TensorRef& out) {
+  return out.dtype == DType::F32 && out.rows == q.rows && out.cols == q.cols && aligned(out.data, 16) &&
+         out.row_stride % 16 == 0 && q.rows <= 65535;
+}
+
 }  // namespace
 
 size_t attention_partials_floats() {
@@ -1001,16 +1018,12 @@ bool attention_quantize_supported(const TensorRef& q, const backend::PagedKv& kv
                                   ActivationFormat format, const AttentionWorkspace& workspace) {
   const int hd = kv.head_dim;
   if (!is_plain(kv.dtype) || hd <= 0 || kv.n_kv_heads <= 0 || q.cols % (int64_t{kv.n_kv_heads} * hd) != 0) return false;
-  if (out.dtype != DType::F32 || out.rows != q.rows || out.cols != q.cols || !aligned(out.data, 16) ||
-      out.row_stride % 16 != 0 || q.rows > 65535)
-    return false;
+  if (!output_quantizable(q, out)) return false;
   const int n_heads = static_cast<int>(q.cols / hd);
   const int group = n_heads / kv.n_kv_heads;
-  // Each block quantizes the outputs it writes: its heads must be whole blocks of the format.
-  const int heads_per_block = visit_pool_type(kv.dtype, [&](auto e) {
-    return plan_of<decltype(e)>(q.rows, n_heads, group, hd, workspace).heads_per_block;
+  return visit_pool_type(kv.dtype, [&](auto e) {
+    return plan_quantizes(plan_of<decltype(e)>(q.rows, n_heads, group, hd, workspace), hd, format);
   });
-  return heads_per_block * hd % activation_block_elems(format) == 0;
 }
 
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
@@ -1033,7 +1046,7 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
     fail(ErrorCode::Internal, "attention: KV rows are not 16-byte aligned");
   if (q.rows == 0) return;
   if (q.rows > 65535 || n_heads > 65535) fail(ErrorCode::Internal, "attention: grid too large");
-  if (quantized != nullptr && !attention_quantize_supported(q, kv, out, quantized->format, workspace))
+  if (quantized != nullptr && !output_quantizable(q, out))  // launch_typed checks its plan's heads
     fail(ErrorCode::Internal, "attention: quantized output of ", q.rows, " x ", q.cols, " not supported");
   visit_pool_type(kv.dtype, [&](auto e) {
     launch_typed<decltype(e)>(q, kv, positions, scale, out, workspace, quantized, stream);

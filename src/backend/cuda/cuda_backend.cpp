@@ -198,6 +198,17 @@ const float* residual_as_bias(int64_t rows, const TensorRef& residual, const Ten
   return one_row ? static_cast<const float*>(residual.data) : nullptr;
 }
 
+// The product's bias in a fused producer + product call: its own bias, or with a residual the
+// residual as bias (residual_as_bias, where the call has no bias of its own). False where the
+// fused launch cannot take the residual: the backend's default then makes the calls apart.
+bool fused_product_bias(int64_t rows, const float* bias, const TensorRef* residual, const TensorRef& out,
+                        const float*& product_bias) {
+  product_bias = bias;
+  if (residual == nullptr) return true;
+  product_bias = bias == nullptr ? residual_as_bias(rows, *residual, out) : nullptr;
+  return product_bias != nullptr;
+}
+
 }  // namespace
 
 void CudaBackend::matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out) {
@@ -244,12 +255,9 @@ void CudaBackend::attention_matmul(const TensorRef& q, const backend::PagedKv& k
                                    float scale, const TensorRef& attn_out, const TensorRef& w, const float* bias,
                                    const TensorRef* residual, const TensorRef& out) {
   use_device(device_);
-  const float* product_bias = bias;
-  if (residual != nullptr) {
-    product_bias = bias == nullptr ? residual_as_bias(attn_out.rows, *residual, out) : nullptr;
-    if (product_bias == nullptr)
-      return Backend::attention_matmul(q, kv, positions, scale, attn_out, w, bias, residual, out);
-  }
+  const float* product_bias = nullptr;
+  if (!fused_product_bias(attn_out.rows, bias, residual, out, product_bias))
+    return Backend::attention_matmul(q, kv, positions, scale, attn_out, w, bias, residual, out);
   const AttentionWorkspace workspace = attention_workspace();
   matmul_->run_produced(
       attn_out, w, product_bias, out,
@@ -275,10 +283,10 @@ void CudaBackend::glu_matmul(const TensorRef& gate, const TensorRef& up, backend
                              const TensorRef& glu_out, const TensorRef& w, const float* bias, const TensorRef* residual,
                              const TensorRef& out) {
   use_device(device_);
-  if (residual == nullptr) return matmul_->run_after_glu(gate, up, act, glu_out, w, bias, out);
-  if (const float* as_bias = bias == nullptr ? residual_as_bias(glu_out.rows, *residual, out) : nullptr)
-    return matmul_->run_after_glu(gate, up, act, glu_out, w, as_bias, out);
-  Backend::glu_matmul(gate, up, act, glu_out, w, bias, residual, out);
+  const float* product_bias = nullptr;
+  if (!fused_product_bias(glu_out.rows, bias, residual, out, product_bias))
+    return Backend::glu_matmul(gate, up, act, glu_out, w, bias, residual, out);
+  matmul_->run_after_glu(gate, up, act, glu_out, w, product_bias, out);
 }
 
 void CudaBackend::gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) {

@@ -31,7 +31,10 @@ enum class ActivationFormat { Q8_0, Q8_1, Q8_K };
 // The activation format a quantized weight type multiplies; false for F32/F16/BF16 weights
 // and for types the exact kernels do not handle.
 bool activation_format_for(DType weight, ActivationFormat& format);
-int activation_block_elems(ActivationFormat format);  // 32 or 256
+// Values per block of the format, for host and kernels alike.
+__host__ __device__ constexpr int activation_block_elems(ActivationFormat format) {
+  return format == ActivationFormat::Q8_K ? 256 : 32;
+}
 
 // Quantized activation rows on the device. Row t: codes[t * row_stride + k]; block b's scale
 // scales[t * (K / block) + b]; Q8_1 block sums sums[t * (K / 32) + b] (fp16(d * sum(codes))

@@ -65,8 +65,6 @@ bool activation_format_for(DType weight, ActivationFormat& format) {
   }
 }
 
-int activation_block_elems(ActivationFormat format) { return format == ActivationFormat::Q8_K ? 256 : 32; }
-
 size_t quantized_activation_bytes(int64_t rows, int64_t cols) {
   const auto elems = static_cast<size_t>(rows * cols);
   return align16(elems) + 2 * align16(elems / 32 * sizeof(float)) + align16(elems / 16 * sizeof(int16_t));
