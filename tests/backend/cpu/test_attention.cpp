@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
 #include "core/half.h"
+#include "fused_call_test_support.h"
 #include "matmul_test_support.h"
 
 namespace cellm::cpu {
@@ -249,26 +250,17 @@ TEST(AttentionMatmul, IsAttentionThenTheProductOfItsOutput) {
   const int64_t T = c.rows, cols = int64_t{c.n_kv_heads} * c.group * c.head_dim, rows = 24;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const auto residual = test::random_activations(T, rows, rows, 6);
-  auto ref = [&](const std::vector<float>& v, int64_t width) {
-    return backend::TensorRef{const_cast<float*>(v.data()), DType::F32, T, width, width * sizeof(float)};
-  };
-  const backend::TensorRef q = ref(s.q, cols);
+  const backend::TensorRef q{s.q.data(), DType::F32, T, cols, cols * sizeof(float)};
   for (DType type : {DType::Q4_K, DType::Q8_0}) {
     const auto w = test::random_weights(type, rows, cols, 7);
     const backend::TensorRef wr{const_cast<void*>(w.matrix.data), type, rows, cols, w.matrix.row_bytes};
-    for (bool adds : {false, true}) {
-      const backend::TensorRef res = ref(residual, rows);
-      std::vector<float> attn(T * cols), out(T * rows), attn_apart(T * cols), out_apart(T * rows);
-      cpu.attention_matmul(q, s.kv, s.positions.data(), scale, ref(attn, cols), wr, nullptr, adds ? &res : nullptr,
-                           ref(out, rows));
-      cpu.attention(q, s.kv, s.positions.data(), scale, ref(attn_apart, cols));
-      if (adds)
-        cpu.matmul_add(ref(attn_apart, cols), wr, res, ref(out_apart, rows));
-      else
-        cpu.matmul(ref(attn_apart, cols), wr, nullptr, ref(out_apart, rows));
-      EXPECT_EQ(std::memcmp(attn.data(), attn_apart.data(), attn.size() * sizeof(float)), 0) << dtype_name(type);
-      EXPECT_EQ(std::memcmp(out.data(), out_apart.data(), out.size() * sizeof(float)), 0) << dtype_name(type);
-    }
+    test::expect_fused_is_apart(
+        cpu, T, cols, wr, residual,
+        [&](const backend::TensorRef& attn, const backend::TensorRef* res, const backend::TensorRef& out) {
+          cpu.attention_matmul(q, s.kv, s.positions.data(), scale, attn, wr, nullptr, res, out);
+        },
+        [&](const backend::TensorRef& attn) { cpu.attention(q, s.kv, s.positions.data(), scale, attn); },
+        std::string(dtype_name(type)));
   }
 }
 

@@ -318,6 +318,13 @@ struct FusedAndApart {
   TensorRef mid_apart() { return Rows::device_ref(d_mid_apart, T, K); }
   TensorRef out() { return Rows::device_ref(d_out, T, N); }
   TensorRef out_apart() { return Rows::device_ref(d_out_apart, T, N); }
+  // The apart side's product of its intermediate rows: matmul, or matmul_add of the residual.
+  void multiply_apart(CudaBackend& gpu, const TensorRef& w, const TensorRef* residual) {
+    if (residual != nullptr)
+      gpu.matmul_add(mid_apart(), w, *residual, out_apart());
+    else
+      gpu.matmul(mid_apart(), w, nullptr, out_apart());
+  }
   // Expects both sides' bits equal; the fused side's intermediate rows and product.
   std::pair<std::vector<float>, std::vector<float>> expect_same(const std::string& what) {
     auto mid = d_mid.download<float>(static_cast<size_t>(T * K));
@@ -354,7 +361,7 @@ TEST(CudaMatmul, RmsNormMatmulIsRmsNormThenMatmul) {
         FusedAndApart calls(gpu, T, K, N);
         gpu.rms_norm_matmul(gx, nw, 1e-5f, calls.mid(), placed, nullptr, calls.out());
         gpu.rms_norm(gx, nw, static_cast<int32_t>(K), 1e-5f, calls.mid_apart());
-        gpu.matmul(calls.mid_apart(), placed, nullptr, calls.out_apart());
+        calls.multiply_apart(gpu, placed, nullptr);
         const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" + std::to_string(T);
         const auto [got_normed, got] = calls.expect_same(what);
         Rows cpu_normed(T, K), cpu_out(T, N);
@@ -393,10 +400,7 @@ TEST(CudaMatmul, GluMatmulIsGluThenMatmul) {
             FusedAndApart calls(gpu, T, K, N);
             gpu.glu_matmul(g, u, act, calls.mid(), placed, nullptr, adds ? &res : nullptr, calls.out());
             gpu.glu(g, u, act, calls.mid_apart());
-            if (adds)
-              gpu.matmul_add(calls.mid_apart(), placed, res, calls.out_apart());
-            else
-              gpu.matmul(calls.mid_apart(), placed, nullptr, calls.out_apart());
+            calls.multiply_apart(gpu, placed, adds ? &res : nullptr);
             const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" +
                                      std::to_string(T) + (adds ? " +residual" : "") +
                                      (act == backend::GluActivation::Silu ? " silu" : " gelu");
@@ -461,10 +465,7 @@ TEST(CudaMatmul, AttentionMatmulIsAttentionThenMatmul) {
         for (bool adds : {false, true}) {
           FusedAndApart calls(gpu, T, K, N);
           gpu.attention(gq, kv, d_pos.as<int32_t>(), scale, calls.mid_apart());
-          if (adds)
-            gpu.matmul_add(calls.mid_apart(), placed, res, calls.out_apart());
-          else
-            gpu.matmul(calls.mid_apart(), placed, nullptr, calls.out_apart());
+          calls.multiply_apart(gpu, placed, adds ? &res : nullptr);
           auto fused = [&] {
             gpu.attention_matmul(gq, kv, d_pos.as<int32_t>(), scale, calls.mid(), placed, nullptr,
                                  adds ? &res : nullptr, calls.out());
