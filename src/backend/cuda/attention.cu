@@ -26,7 +26,11 @@
 // run (kernel_launch.cuh), and before its wait it already finds its chunk's cells and sends for
 // the rows of those its step does not write, so that after the wait only the query and the
 // step's own new cells are a trip away. H200, decode step of one row at ~570 cells (kernel
-// trace): llama3-8b's shape 13.7 -> 10.0 us a call, SmolLM2's 9.7 -> 7.5.
+// trace): llama3-8b's shape 13.7 -> 10.0 us a call, SmolLM2's 9.7 -> 7.5. Its common head
+// sizes are compile-time constants (ncu had its phases dominated by index arithmetic), and after
+// the wait the query is asked for before the fresh rows; the split blocks count themselves in
+// with one release/acquire instead of a fence in every thread. H200, one run, the same trace:
+// llama3-8b's shape 10.36 -> 9.53 (constants) -> 8.83 us a call, SmolLM2's 7.81 -> 7.21 -> 6.87.
 //
 // Where the output feeds a product that quantizes its activations apart (the output projection
 // of a one-row step captured in a graph, or of a few-row step), the blocks that write the output
@@ -35,6 +39,8 @@
 // (the attention kernel 0.3-0.4 us longer a call, the quantize kernel, 1.0-1.3 us, gone).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cuda/atomic>
 
 #include <algorithm>
 #include <climits>
@@ -354,9 +360,8 @@ struct ChunkSums {
 // shared memory and o_c in o[slot][c] (Outputs). Returns false, block-uniformly, when no cell of
 // the chunk is visible.
 template <typename E, int kHeadSlots, int kCols>
-__device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, const Outputs& m, int t, int g, int heads,
-                                             int chunk, int n_entries, float (&o)[kHeadSlots][kCols]) {
-  const int hd = a.head_dim;
+__device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, const Outputs& m, int hd, int t, int g,
+                                             int heads, int chunk, int n_entries, float (&o)[kHeadSlots][kCols]) {
   const size_t head_offset = static_cast<size_t>(g) * hd * sizeof(E);
   const int cell = entry_cell(a, t, a.positions[t], chunk, n_entries, INT_MAX);
   s.cell[threadIdx.x] = cell;
@@ -412,8 +417,7 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
 // that are not visible zeroed, as in chunk_result); with it, those of the fresh ones. Commits
 // one group.
 template <typename E>
-__device__ __forceinline__ void stage_rows(const Args& a, const Shared& s, int g, bool fresh) {
-  const int hd = a.head_dim;
+__device__ __forceinline__ void stage_rows(const Args& a, const Shared& s, int hd, int g, bool fresh) {
   const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;
   const int cells_per_pass = static_cast<int>(blockDim.x) / row_vecs;
   const int piece = static_cast<int>(threadIdx.x) % row_vecs, first_cell = static_cast<int>(threadIdx.x) / row_vecs;
@@ -439,20 +443,20 @@ __device__ __forceinline__ void stage_rows(const Args& a, const Shared& s, int g
 // chunk's fresh rows (stage_rows): the scores from the staged K rows and the rest as
 // chunk_result.
 template <typename E, int kHeadSlots, int kCols>
-__device__ __forceinline__ bool staged_chunk_result(const Args& a, const Shared& s, const Outputs& m, int heads,
-                                                    int entry, float (&o)[kHeadSlots][kCols]) {
+__device__ __forceinline__ bool staged_chunk_result(const Args& a, const Shared& s, const Outputs& m, int hd,
+                                                    int heads, int entry, float (&o)[kHeadSlots][kCols]) {
   const bool visible = entry != -1;
   exact::cp_async_wait<0>();
   if (__syncthreads_or(visible) == 0) return false;
   if (visible) {
-    scores_of<E>(s.q, s.k + group_thread() * a.k_row_bytes, a.head_dim, heads, a.scale, s.w + group_thread());
+    scores_of<E>(s.q, s.k + group_thread() * a.k_row_bytes, hd, heads, a.scale, s.w + group_thread());
   } else {
     for (int h = 0; h < heads; ++h) s.w[h * kChunk + group_thread()] = -INFINITY;
   }
   __syncthreads();
   chunk_weights(s, heads, visible);
   ChunkSums<E, kHeadSlots, kCols> sums(s, m, heads, o);
-  sums.add(s.v, a.head_dim, 0, kChunk, o);
+  sums.add(s.v, hd, 0, kChunk, o);
   __syncthreads();  // the staging and s.cell are reused by the next chunk
   sums.store_sums(s, m, heads);
   return true;
@@ -480,12 +484,12 @@ __device__ __forceinline__ Place place_of(const Args& a) {
 // The staged kernel's first half of a chunk: finds the entries' cells and sends for the rows of
 // those the step does not write (fresh_from: entry_cell). Returns this thread's entry.
 template <typename E>
-__device__ __forceinline__ int send_for_chunk(const Args& a, const Shared& s, const Place& p, int32_t pos, int chunk,
-                                              int n_entries, int32_t fresh_from) {
+__device__ __forceinline__ int send_for_chunk(const Args& a, const Shared& s, const Place& p, int hd, int32_t pos,
+                                              int chunk, int n_entries, int32_t fresh_from) {
   const int entry = entry_cell(a, p.t, pos, chunk, n_entries, fresh_from);
   if (head_group() == 0) s.cell[group_thread()] = entry;  // every group finds the same entries
   __syncthreads();
-  stage_rows<E>(a, s, p.g, false);
+  stage_rows<E>(a, s, hd, p.g, false);
   return entry;
 }
 
@@ -496,8 +500,7 @@ __device__ __forceinline__ int send_for_chunk(const Args& a, const Shared& s, co
 // quantize_rules.cuh, the bits launch_quantize_activations would write, with the float row.
 template <int kHeadSlots, int kCols, class Value>
 __device__ __forceinline__ void write_outputs(const Args& a, float* smem_base, const Outputs& m, const Place& p,
-                                              Value&& value) {
-  const int hd = a.head_dim;
+                                              int hd, Value&& value) {
   if (a.quantized.codes == nullptr) {
     float* out_row = a.out + p.t * a.out_stride + static_cast<size_t>(p.h0) * hd;
     for_each_owned<kHeadSlots, kCols>(
@@ -548,7 +551,7 @@ __device__ __forceinline__ FoldStep fold_step(float m, float m_c) {
 // chunk_of(chunk, o): chunk_result or staged_chunk_result.
 template <int kHeadSlots, int kCols, class ChunkOf>
 __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, float* smem_base, const Outputs& m,
-                                              const Place& p, int n_chunks, ChunkOf&& chunk_of) {
+                                              const Place& p, int hd, int n_chunks, ChunkOf&& chunk_of) {
   float acc[kHeadSlots][kCols], o[kHeadSlots][kCols];
   bool started = false;
   for (int chunk = 0; chunk < n_chunks; ++chunk) {
@@ -576,14 +579,14 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, fl
     started = true;
     __syncthreads();
   }
-  write_outputs<kHeadSlots, kCols>(a, smem_base, m, p, [&](int k, int c, int h) {
+  write_outputs<kHeadSlots, kCols>(a, smem_base, m, p, hd, [&](int k, int c, int h) {
     return started ? __fdiv_rn(acc[k][c], s.sum[h]) : 0.0f;
   });
 }
 
 // The workspace slot of (row t, head, chunk): o_c [hd], then m_c and l_c.
-__device__ __forceinline__ float* slot_of(const Args& a, int t, int head, int chunk) {
-  return a.partials + ((static_cast<size_t>(t) * a.n_heads + head) * a.max_chunks + chunk) * (a.head_dim + 2);
+__device__ __forceinline__ float* slot_of(const Args& a, int hd, int t, int head, int chunk) {
+  return a.partials + ((static_cast<size_t>(t) * a.n_heads + head) * a.max_chunks + chunk) * (hd + 2);
 }
 
 // Factor markers of the fold below (real factors are expf values, >= 0).
@@ -603,11 +606,11 @@ constexpr float kFirstChunk = -2.0f;  // the first visible chunk: o = o_c
 // Reads with __ldcg: other blocks wrote them.
 template <int kHeadSlots, int kCols>
 __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, const Outputs& m, const Place& p,
-                              int n_chunks) {
+                              int hd, int n_chunks) {
   constexpr int kFoldBatch = 32;  // a chunk per lane
   constexpr int kFoldLoads = 16;
   static_assert(kFoldBatch % kFoldLoads == 0 && 4 * kFoldBatch <= kChunk);
-  const int hd = a.head_dim, heads = p.heads;
+  const int heads = p.heads;
   // [heads][kFoldBatch] each, in s.w (heads * kChunk floats): l_c, then the factors a (or a
   // marker) and b. s.max[h] / s.sum[h]: the running max after the last batch and 1 once a
   // visible chunk came.
@@ -625,7 +628,7 @@ __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, 
     float early[kEarly ? kHeadSlots : 1][kEarly ? kCols : 1][kFoldLoads];
     if constexpr (kEarly) {
       for_each_owned<kHeadSlots, kCols>(m, heads, [&](int k, int c, int h, int col) {
-        const float* base = slot_of(a, p.t, p.h0 + h, c0) + col;
+        const float* base = slot_of(a, hd, p.t, p.h0 + h, c0) + col;
 #pragma unroll
         for (int u = 0; u < kFoldLoads; ++u)  // past n: the batch's last chunk again, unused
           early[k][c][u] = __ldcg(base + static_cast<size_t>(min(u, n - 1)) * (hd + 2));
@@ -633,7 +636,7 @@ __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, 
     }
     for (int h = warp; h < heads; h += kWarps) {
       const bool mine = lane < n;
-      const float2 ml = mine ? __ldcg(reinterpret_cast<const float2*>(slot_of(a, p.t, p.h0 + h, c0 + lane) + hd))
+      const float2 ml = mine ? __ldcg(reinterpret_cast<const float2*>(slot_of(a, hd, p.t, p.h0 + h, c0 + lane) + hd))
                              : make_float2(0.0f, 0.0f);  // (m_c, l_c); 8-byte aligned: hd and hd + 2 are even
       const bool visible = mine && ml.y != 0.0f;
       // Inclusive scan of (any visible chunk, max m_c over them) over the lanes, with the state
@@ -692,7 +695,8 @@ __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, 
                 continue;
               }
             }
-            oc[c][u] = c < m.cols ? __ldcg(slot_of(a, p.t, p.h0 + h, c0 + min(i + u, n - 1)) + m.col + c * kThreads) : 0.0f;
+            const float* slot = slot_of(a, hd, p.t, p.h0 + h, c0 + min(i + u, n - 1));
+            oc[c][u] = c < m.cols ? __ldcg(slot + m.col + c * kThreads) : 0.0f;
           }
         }
 #pragma unroll
@@ -716,7 +720,7 @@ __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, 
     }
     __syncthreads();  // the factors and s.max / s.sum are rewritten by the next batch
   }
-  write_outputs<kHeadSlots, kCols>(a, smem_base, m, p, [&](int k, int c, int) {
+  write_outputs<kHeadSlots, kCols>(a, smem_base, m, p, hd, [&](int k, int c, int) {
     return started[k] ? __fdiv_rn(o[k][c], l[k]) : 0.0f;
   });
 }
@@ -730,7 +734,11 @@ __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, 
 // finds its first chunk's cells and sends for the rows of those no kernel of the step writes
 // (earlier steps wrote them, and the host waited for those steps: kernel_launch.cuh); after
 // it, only the query and the fresh rows (this step's own cells) are a trip away.
-template <typename E, int kHeadSlots, int kCols, int kStagedGroups>
+//
+// kHeadDim: head_dim as a constant (0: a.head_dim), for the staged kernel's common head sizes.
+// The index work of the copies, the scores, the V sums and the fold's workspace slots then
+// folds into shifts and immediates.
+template <typename E, int kHeadSlots, int kCols, int kStagedGroups, int kHeadDim>
 __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups : kThreads,
                                   kStagedGroups > 0 || kHeadSlots * kCols > 2 ? 1 : 4) attention_kernel(Args a) {
   constexpr bool kStaged = kStagedGroups > 0;
@@ -738,7 +746,7 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
   prefetch_read_only(libm::exp2f_table_data(), libm::kExp2fTableBytes);  // for the chunks' expf
   if constexpr (!kStaged) wait_for_inputs();
   extern __shared__ __align__(16) unsigned char smem[];
-  const int hd = a.head_dim;
+  const int hd = kHeadDim > 0 ? kHeadDim : a.head_dim;
   const Place p = place_of(a);
   const Shared s = carve(smem, a.heads_per_block, hd, a.k_stage_offset, p.in_block);
   const Outputs m = outputs_of(hd);
@@ -753,27 +761,33 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
   if (!in_place && static_cast<int>(blockIdx.y) >= n_chunks) return;
 
   const int32_t pos = a.positions[p.t];
+  const float* q_row = a.q + p.t * a.q_stride + static_cast<size_t>(p.h0) * hd;
   int first_entry = -1;  // kStaged: this thread's entry of the block's first chunk
   if constexpr (kStaged) {
-    first_entry = send_for_chunk<E>(a, s, p, pos, blockIdx.y, n_entries, pos - a.fresh_span + 1);
+    first_entry = send_for_chunk<E>(a, s, p, hd, pos, blockIdx.y, n_entries, pos - a.fresh_span + 1);
     wait_for_inputs();
-    // The fresh rows and the query (below) on their way together.
-    if (__syncthreads_or(first_entry <= -2)) stage_rows<E>(a, s, p.g, true);
+    // The query (a group's one head, head_dim <= kThreads: a value per thread) asked for before
+    // the fresh rows are sent for, so the two trips overlap; stored once the copies are issued.
+    const int i = group_thread();
+    const float q_value = i < hd ? q_row[i] : 0.0f;
+    if (__syncthreads_or(first_entry <= -2)) stage_rows<E>(a, s, hd, p.g, true);
+    if (i < hd) s.q[i] = q_value;
+  } else {
+    for (int i = group_thread(); i < p.heads * hd; i += kThreads) s.q[i] = q_row[i];
   }
-  const float* q_row = a.q + p.t * a.q_stride + static_cast<size_t>(p.h0) * hd;
-  for (int i = group_thread(); i < p.heads * hd; i += kThreads) s.q[i] = q_row[i];
   __syncthreads();
   auto chunk_of = [&](int chunk, float (&o)[kHeadSlots][kCols]) {
     if constexpr (kStaged) {
-      const int entry =
-          chunk == static_cast<int>(blockIdx.y) ? first_entry : send_for_chunk<E>(a, s, p, pos, chunk, n_entries, INT_MAX);
-      return staged_chunk_result<E, kHeadSlots, kCols>(a, s, m, p.heads, entry, o);
+      const int entry = chunk == static_cast<int>(blockIdx.y)
+                            ? first_entry
+                            : send_for_chunk<E>(a, s, p, hd, pos, chunk, n_entries, INT_MAX);
+      return staged_chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.heads, entry, o);
     } else {
-      return chunk_result<E, kHeadSlots, kCols>(a, s, m, p.t, p.g, p.heads, chunk, n_entries, o);
+      return chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.t, p.g, p.heads, chunk, n_entries, o);
     }
   };
   if (in_place) {
-    fold_in_place<kHeadSlots, kCols>(a, s, reinterpret_cast<float*>(smem), m, p, n_chunks, chunk_of);
+    fold_in_place<kHeadSlots, kCols>(a, s, reinterpret_cast<float*>(smem), m, p, hd, n_chunks, chunk_of);
     return;
   }
   for (int chunk = blockIdx.y; chunk < n_chunks; chunk += gridDim.y) {
@@ -781,35 +795,39 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
     const bool any = chunk_of(chunk, o);
     if (any) __syncthreads();  // chunk_sum
     for (int h = group_thread(); h < p.heads; h += kThreads) {
-      float* slot = slot_of(a, p.t, p.h0 + h, chunk);
+      float* slot = slot_of(a, hd, p.t, p.h0 + h, chunk);
       slot[hd] = any ? s.chunk_max[h] : 0.0f;
       slot[hd + 1] = any ? s.chunk_sum[h] : 0.0f;  // 0: an empty chunk (a visible one has l_c >= 1)
     }
     if (any)
       for_each_owned<kHeadSlots, kCols>(
-          m, p.heads, [&](int k, int c, int h, int col) { slot_of(a, p.t, p.h0 + h, chunk)[col] = o[k][c]; });
+          m, p.heads, [&](int k, int c, int h, int col) { slot_of(a, hd, p.t, p.h0 + h, chunk)[col] = o[k][c]; });
     __syncthreads();  // chunk_max/chunk_sum are rewritten by the next chunk
   }
-  // The last of the row's split blocks to finish folds every chunk (one launch, no fold kernel):
-  // each block's partials are made visible before it counts itself in.
+  // The last of the row's split blocks to finish folds every chunk (one launch, no fold kernel).
+  // The loop's last barrier orders every thread's partials before thread 0 counts the block in,
+  // and the count's release makes them visible with it (a barrier, then one release, as a split-K
+  // semaphore publishes a CTA's partial tile); its acquire, then the barrier below, make the other
+  // blocks' partials visible to the whole folding block. A fence in every thread instead, before
+  // the count and after it, kept each block waiting on its own threads' stores.
   __shared__ unsigned arrived;
-  __threadfence();
-  __syncthreads();
   unsigned* arrivals = a.arrivals + static_cast<size_t>(p.t) * a.n_heads + p.block_h0;  // one per block
-  if (threadIdx.x == 0) arrived = atomicAdd(arrivals, 1u);
+  if (threadIdx.x == 0) {
+    ::cuda::atomic_ref<unsigned, ::cuda::thread_scope_device> count(*arrivals);
+    arrived = count.fetch_add(1u, ::cuda::memory_order_acq_rel);
+  }
   __syncthreads();
   if (arrived != static_cast<unsigned>(min(n_chunks, static_cast<int>(gridDim.y))) - 1) return;
-  __threadfence();
-  fold_partials<kHeadSlots, kCols>(a, s, reinterpret_cast<float*>(smem), m, p, n_chunks);
+  fold_partials<kHeadSlots, kCols>(a, s, reinterpret_cast<float*>(smem), m, p, hd, n_chunks);
   if (threadIdx.x == 0) *arrivals = 0;  // ready for the next launch (graphs replay this one)
 }
 
-template <typename E, int kHeadSlots, int kCols, int kStagedGroups>
+template <typename E, int kHeadSlots, int kCols, int kStagedGroups, int kHeadDim = 0>
 auto prepared_kernel() {
   // Once per kernel: room for more dynamic shared memory than the default 48 KB (the staged
   // kernel's K and V rows, long head dims), up to what a block of this device may have.
   static const auto kernel = [] {
-    const auto k = attention_kernel<E, kHeadSlots, kCols, kStagedGroups>;
+    const auto k = attention_kernel<E, kHeadSlots, kCols, kStagedGroups, kHeadDim>;
     int device = 0, most = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory per block");
@@ -823,9 +841,20 @@ auto prepared_kernel() {
   return kernel;
 }
 
+// The staged kernel for `heads` heads per block of head_dim hd: hd a constant for the f16 pools
+// (the default) of head sizes 64 and 128 (SmolLM2, the Llamas).
+template <typename E, int kGroups>
+auto staged_kernel_of(int hd) {
+  if constexpr (std::is_same_v<E, __half>) {
+    if (hd == 64) return prepared_kernel<E, 1, 1, kGroups, 64>();
+    if (hd == 128) return prepared_kernel<E, 1, 1, kGroups, 128>();
+  }
+  return prepared_kernel<E, 1, 1, kGroups>();
+}
+
 template <typename E>
-auto staged_kernel(int heads) {
-  return heads <= 4 ? prepared_kernel<E, 1, 1, 4>() : prepared_kernel<E, 1, 1, kStagedMaxGroups>();
+auto staged_kernel(int heads, int hd) {
+  return heads <= 4 ? staged_kernel_of<E, 4>(hd) : staged_kernel_of<E, kStagedMaxGroups>(hd);
 }
 
 // The kernel whose slot count is the smallest power of two that holds the block's heads.
@@ -877,7 +906,7 @@ StagedShape staged_shape(int64_t rows, int n_heads, int group, int hd, int sm_co
   if (column_count(hd) != 1 || group > kStagedMaxGroups) return best;
   for (int heads = 1; heads <= group && best.slots < kStagedTargetSlots; ++heads) {
     if (group % heads != 0) continue;
-    const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(staged_kernel<E>(heads)),
+    const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(staged_kernel<E>(heads, hd)),
                                               kThreads * heads, staged_shared_bytes(heads, hd, sizeof(E)));
     const int64_t slots = int64_t{sm_count} * per_sm / (rows * n_heads / heads);
     if (slots > best.slots) best = {heads, static_cast<int>(std::min<int64_t>(slots, kMaxSlots))};
@@ -969,7 +998,7 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
   const dim3 grid(static_cast<unsigned>(n_heads / heads_per_block), static_cast<unsigned>(plan.slots),
                   static_cast<unsigned>(q.rows));
   if (staged.slots > 0) {
-    launch_kernel("attention kernel", staged_kernel<E>(heads_per_block), grid, kThreads * heads_per_block,
+    launch_kernel("attention kernel", staged_kernel<E>(heads_per_block, hd), grid, kThreads * heads_per_block,
                   staged_shared_bytes(heads_per_block, hd, sizeof(E)), stream, args);
     return;
   }
