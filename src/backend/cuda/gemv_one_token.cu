@@ -39,6 +39,10 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 // Weight stages per warp. More stages mean fewer blocks per SM (shared memory): measured on
 // llama3-8b Q4_K batch 1, 3 and 4 stages ran slower than 2 (386.9 -> 370.3 and 364.9 tok/s).
+// Measured again at stop 30 (H200, CudaPerf.GemvModelShapes in graphs, one run): 3 stages took
+// Q4_K's o from 1886 to 1605 GB/s and down from 2499 to 2084; two k-quant blocks per lane and
+// pass (Staging::kUnits 2) took gate+up from 3392 to 2685 and the output matrix from 3890 to
+// 3022.
 constexpr int kStages = 2;
 constexpr int kLanesPerRow = 4;  // the 32-element formats' four chains live in four lanes
 constexpr int kRows = 32 / kLanesPerRow;
@@ -143,6 +147,8 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
   return act;
 }
 
+// Left to take the registers it wants (Q4_K: 111, four blocks per SM): held to five blocks per SM
+// (96 registers) it ran slower, llama3-8b b1 step 1936 -> 2063 us (kernel trace, one run).
 template <class F, bool kQuantizes>
 __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a) {
   allow_next_kernel();
@@ -226,7 +232,9 @@ __global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a
   };
 #endif
   // The first weights are on their way while the kernel ahead is finishing (weights are read
-  // before wait_for_inputs: no kernel writes them) and while the row is quantized.
+  // before wait_for_inputs: no kernel writes them) and while the row is quantized. Asking more
+  // of them into L2 here (prefetch.global.L2, the block's first 6/16/32 MB of the matrix's
+  // share) made llama3-8b's b1 step slower: 1932 -> 1937/1975/2058 us (one run, stop 30).
   for (int i = 0; i < kStages - 1; ++i) issue_copy(i);
   wait_for_inputs();
   TokenActivations act = a.act;
