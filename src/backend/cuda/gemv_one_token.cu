@@ -35,6 +35,9 @@ namespace {
 
 using exact::one_lane::TokenActivations;
 
+// Warps per block. 8 (two blocks per SM, half the rounds for a long row) ran slower on every
+// llama3-8b Q4_K shape (H200, CudaPerf.GemvModelShapes in graphs, one run, stop 30): o 1901 ->
+// 1562 GB/s, gate+up 3402 -> 2958, output 3892 -> 3402, down 2507 -> 2431/2521.
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 // Weight stages per warp. More stages mean fewer blocks per SM (shared memory): measured on
