@@ -805,14 +805,14 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
     __syncthreads();  // chunk_max/chunk_sum are rewritten by the next chunk
   }
   // The last of the row's split blocks to finish folds every chunk (one launch, no fold kernel).
-  // (Launching the staged kernel in clusters of 8 slots and folding rows of at most 8 chunks
-  // through the cluster's shared memory instead was slower: H200, one run, attention 281.6 ->
-  // 300.2 us a llama3-8b b1 step, 205.2 -> 220.6 for SmolLM2.)
   // The loop's last barrier orders every thread's partials before thread 0 counts the block in,
   // and the count's release makes them visible with it (a barrier, then one release, as a split-K
   // semaphore publishes a CTA's partial tile); its acquire, then the barrier below, make the other
   // blocks' partials visible to the whole folding block. A fence in every thread instead, before
-  // the count and after it, kept each block waiting on its own threads' stores.
+  // the count and after it, kept each block waiting on its own threads' stores. (Launching the
+  // staged kernel in clusters of 8 slots and folding rows of at most 8 chunks through the
+  // cluster's shared memory instead was slower: H200, one run, attention 281.6 -> 300.2 us a
+  // llama3-8b b1 step, 205.2 -> 220.6 for SmolLM2.)
   __shared__ unsigned arrived;
   unsigned* arrivals = a.arrivals + static_cast<size_t>(p.t) * a.n_heads + p.block_h0;  // one per block
   if (threadIdx.x == 0) {
