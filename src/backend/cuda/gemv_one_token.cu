@@ -150,10 +150,18 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
   return act;
 }
 
-// Left to take the registers it wants (Q4_K: 111, four blocks per SM): held to five blocks per SM
-// (96 registers) it ran slower, llama3-8b b1 step 1936 -> 2063 us (kernel trace, one run).
+// Held to 112 registers (Q6_K to 128), so that its four blocks per SM (shared memory allows no
+// more) leave room for a 256-thread block of the kernel after it (the norm, the GLU), which
+// then starts early and is ready when the product ends. Registers are allocated in steps of 8:
+// Q4_K took 111 (112 allocated); variants of this kernel at 114 and 123 lost that room
+// (llama3-8b b1, H200, one run each: glu_quantize 93.3 -> 123.2 and 92.9 -> 120.7 us a step;
+// held to 112, 94.0). The cap binds Q5_K (126 -> 112, no spill); under it ptxas lays the others
+// out anew (Q4_K 111 -> 107, Q4_1 78 -> 88 registers), and SmolLM2's Q4_1 products ran faster:
+// 220.3 -> 214.0 us a step, step 659.4 -> 650.3 (llama3-8b 1939.2 -> 1943.2, within noise). Held to five blocks per SM (96 registers) it ran slower, step 1936 ->
+// 2063 us: five blocks fill the SM's registers.
 template <class F, bool kQuantizes>
-__global__ void __launch_bounds__(kThreads) gemv_one_token_kernel(OneTokenArgs a) {
+__global__ void __launch_bounds__(kThreads) __maxnreg__(F::kElems == 256 && !F::kHasMin ? 128 : 112)
+    gemv_one_token_kernel(OneTokenArgs a) {
   allow_next_kernel();
   using S = Staging<F>;
   extern __shared__ __align__(16) uint8_t shared[];
