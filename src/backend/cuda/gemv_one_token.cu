@@ -46,6 +46,11 @@ constexpr int kThreads = 32 * kWarps;
 // Q4_K's o from 1886 to 1605 GB/s and down from 2499 to 2084; two k-quant blocks per lane and
 // pass (Staging::kUnits 2) took gate+up from 3392 to 2685 and the output matrix from 3890 to
 // 3022.
+// Filling both stages before the wait instead of one (llama3-8b b1, one run, per layer): the
+// down projection 11.2 -> 9.4 us, but the bandwidth it took in the tail of gate+up made that one
+// 18.4 -> 20.1 us (done only after the GLU), and after the norm the norm slowed more than the
+// product gained (3.1 -> 4.6 us): the kernel ahead is on the critical path and its loads queue
+// behind the weight copies.
 constexpr int kStages = 2;
 constexpr int kLanesPerRow = 4;  // the 32-element formats' four chains live in four lanes
 constexpr int kRows = 32 / kLanesPerRow;
@@ -245,7 +250,10 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__(F::kElems == 256 && !F::
   // The first weights are on their way while the kernel ahead is finishing (weights are read
   // before wait_for_inputs: no kernel writes them) and while the row is quantized. Asking more
   // of them into L2 here (prefetch.global.L2, the block's first 6/16/32 MB of the matrix's
-  // share) made llama3-8b's b1 step slower: 1932 -> 1937/1975/2058 us (one run, stop 30).
+  // share) made llama3-8b's b1 step slower: 1932 -> 1937/1975/2058 us (one run, stop 30). So did
+  // the kernel ahead (norm, GLU, attention) asking them into L2 with bulk prefetches
+  // (cp.async.bulk.prefetch.L2, 8/16/32 MB): step 1940 -> 3036/4367/6566 us, the norm's two
+  // CTAs spending 28-83 us a call issuing them (stop 31).
   for (int i = 0; i < kStages - 1; ++i) issue_copy(i);
   wait_for_inputs();
   TokenActivations act = a.act;
