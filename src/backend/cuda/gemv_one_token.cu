@@ -22,6 +22,7 @@
 //    four (block b to chain b % 4, lane (b % 4, r)), closed by (acc0 + acc1) + (acc2 + acc3).
 //    That is the contract's sequence (matmul_kernels.h): the CPU's bits, and gemv.cu's.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -161,12 +162,15 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
 // Q4_K took 111 (112 allocated); variants of this kernel at 114 and 123 lost that room
 // (llama3-8b b1, H200, one run each: glu_quantize 93.3 -> 123.2 and 92.9 -> 120.7 us a step;
 // held to 112, 94.0). The cap binds Q5_K (126 -> 112, no spill); under it ptxas lays the others
-// out anew (Q4_K 111 -> 107, Q4_1 78 -> 88 registers), and SmolLM2's Q4_1 products ran faster:
-// 220.3 -> 214.0 us a step, step 659.4 -> 650.3 (llama3-8b 1939.2 -> 1943.2, within noise). Held to five blocks per SM (96 registers) it ran slower, step 1936 ->
-// 2063 us: five blocks fill the SM's registers.
+// out anew (Q4_K 111 -> 107, Q4_1 78 -> 80 registers), and SmolLM2's Q4_1 products ran faster:
+// 220.3 -> 214.0 us a step, step 659.4 -> 650.3 (llama3-8b 1939.2 -> 1943.2, within noise).
+// Held to five blocks per SM (96 registers) it ran slower, step 1936 -> 2063 us: five blocks
+// fill the SM's registers.
+template <class F>
+constexpr int kHeldRegisters = std::is_same_v<F, exact::one_lane::Q6KTerms> ? 128 : 112;
+
 template <class F, bool kQuantizes>
-__global__ void __launch_bounds__(kThreads) __maxnreg__(F::kElems == 256 && !F::kHasMin ? 128 : 112)
-    gemv_one_token_kernel(OneTokenArgs a) {
+__global__ void __launch_bounds__(kThreads) __maxnreg__(kHeldRegisters<F>) gemv_one_token_kernel(OneTokenArgs a) {
   allow_next_kernel();
   using S = Staging<F>;
   extern __shared__ __align__(16) uint8_t shared[];
