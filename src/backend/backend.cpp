@@ -69,6 +69,16 @@ void Backend::attention_matmul(const TensorRef& q, const PagedKv& kv, const int3
   product_of(*this, attn_out, w, bias, residual, out, "attention_matmul");
 }
 
+void Backend::rope_kv_store_attention(const TensorRef& x, const int32_t* positions, const RopeParams& params,
+                                      const TensorRef& k, const TensorRef& v, const KvDestination& dst,
+                                      const TensorRef& q, const PagedKv& kv, float scale, const TensorRef& attn_out,
+                                      const TensorRef* w, const float* bias, const TensorRef* residual,
+                                      const TensorRef& out) {
+  rope_kv_store(x, positions, params, k, v, dst);
+  if (w == nullptr) return attention(q, kv, positions, scale, attn_out);
+  attention_matmul(q, kv, positions, scale, attn_out, *w, bias, residual, out);
+}
+
 void Backend::glu_matmul(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& glu_out,
                          const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out) {
   glu(gate, up, act, glu_out);

@@ -85,6 +85,17 @@ class Backend {
   virtual void attention_matmul(const TensorRef& q, const PagedKv& kv, const int32_t* positions, float scale,
                                 const TensorRef& attn_out, const TensorRef& w, const float* bias,
                                 const TensorRef* residual, const TensorRef& out);
+  // A decode step's layer (each row one sequence's one new token, the only cell its step writes
+  // that the row sees): rope_kv_store(x, positions, params, k, v, dst), then attention of q over
+  // kv into attn_out, then, where w is given, attention_matmul's product into out. Bit for bit
+  // those calls, which is the default, except that x's rows may be left unrotated (nothing
+  // reads them after). A backend may fuse them (the executor calls this for a decode program's
+  // Rope, KvStore and Attention ops in a row).
+  virtual void rope_kv_store_attention(const TensorRef& x, const int32_t* positions, const RopeParams& params,
+                                       const TensorRef& k, const TensorRef& v, const KvDestination& dst,
+                                       const TensorRef& q, const PagedKv& kv, float scale, const TensorRef& attn_out,
+                                       const TensorRef* w, const float* bias, const TensorRef* residual,
+                                       const TensorRef& out);
   virtual void add(const TensorRef& a, const TensorRef& b, const TensorRef& out) = 0;
   // out = residual + x . w^T, bit for bit matmul into out and then add(residual, out, out);
   // that is the default. A backend may fuse the two.

@@ -373,6 +373,23 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
     return backend::KvDestination{pool + geometry.k_offset(store.layer), pool + geometry.v_offset(store.layer),
                                   geometry.bytes_per_cell(), g.dtype, static_cast<const int32_t*>(cells_.data)};
   };
+  // A layer's view of the pool and the step's page lists, for its Attention op.
+  auto paged_kv = [&](const model::Op& attention) {
+    const kv::LayerGeometry& g = geometry.layer(attention.layer);
+    const int32_t wi = geometry.window_index(attention.layer);
+    return backend::PagedKv{pool + geometry.k_offset(attention.layer),
+                            pool + geometry.v_offset(attention.layer),
+                            geometry.bytes_per_cell(),
+                            g.dtype,
+                            g.n_kv_heads,
+                            g.head_dim,
+                            g.window,
+                            cache_->config().page_cells,
+                            static_cast<const int32_t*>(cell_pos_.data),
+                            static_cast<const int32_t*>(page_rows_[wi].data),
+                            static_cast<const int32_t*>(pages_[wi].data),
+                            attention.scale_queries};
+  };
   for (size_t i = 0; i < program.ops.size(); ++i) {
     const model::Op& op = program.ops[i];
     switch (op.code) {
@@ -392,8 +409,26 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
         break;
       case OpCode::MatMulAdd: backend_.matmul_add(ref(op.a), ref(op.b), ref(op.c), ref(op.out)); break;
       case OpCode::Rope: {
-        // The rotation then the layer's K/V store (K among the rotated rows): one backend call,
-        // which the CUDA backend makes one launch.
+        // In a decode step, the rotation, the layer's K/V store and its attention (and the output
+        // projection after it): one backend call, where the CUDA backend's attention kernel
+        // rotates and stores itself (attention.cu).
+        if (program.method == model::Method::Decode && op.b == program.positions && i + 2 < program.ops.size() &&
+            program.ops[i + 1].code == OpCode::KvStore && program.ops[i + 2].code == OpCode::Attention) {
+          const model::Op& store = program.ops[i + 1];
+          const model::Op& attention = program.ops[i + 2];
+          const model::Op* next = product_after(i + 2, true);
+          const ProductTail tail = next != nullptr ? tail_of(*next) : ProductTail{};
+          const backend::TensorRef w = next != nullptr ? ref(next->b) : backend::TensorRef{};
+          backend_.rope_kv_store_attention(ref(op.a), ints(op.b), op.rope, ref(store.a), ref(store.b),
+                                           kv_destination(store), ref(attention.a), paged_kv(attention),
+                                           attention.scale, ref(attention.out), next != nullptr ? &w : nullptr,
+                                           tail.bias, tail.residual_or_null(),
+                                           next != nullptr ? ref(next->out) : ref(attention.out));
+          i += next != nullptr ? 3 : 2;
+          break;
+        }
+        // Otherwise the rotation then the layer's K/V store (K among the rotated rows): one
+        // backend call, which the CUDA backend makes one launch.
         if (i + 1 < program.ops.size() && program.ops[i + 1].code == OpCode::KvStore) {
           const model::Op& store = program.ops[++i];
           backend_.rope_kv_store(ref(op.a), ints(op.b), op.rope, ref(store.a), ref(store.b), kv_destination(store));
@@ -404,20 +439,7 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
       }
       case OpCode::KvStore: backend_.kv_store(ref(op.a), ref(op.b), kv_destination(op)); break;
       case OpCode::Attention: {
-        const kv::LayerGeometry& g = geometry.layer(op.layer);
-        const int32_t wi = geometry.window_index(op.layer);
-        backend::PagedKv kv{pool + geometry.k_offset(op.layer),
-                            pool + geometry.v_offset(op.layer),
-                            geometry.bytes_per_cell(),
-                            g.dtype,
-                            g.n_kv_heads,
-                            g.head_dim,
-                            g.window,
-                            cache_->config().page_cells,
-                            static_cast<const int32_t*>(cell_pos_.data),
-                            static_cast<const int32_t*>(page_rows_[wi].data),
-                            static_cast<const int32_t*>(pages_[wi].data),
-                            op.scale_queries};
+        const backend::PagedKv kv = paged_kv(op);
         if (const model::Op* next = product_after(i, true)) {  // the output projection
           const ProductTail tail = tail_of(*next);
           backend_.attention_matmul(ref(op.a), kv, ints(program.positions), op.scale, ref(op.out), ref(next->b),

@@ -37,6 +37,25 @@
 // also quantize it (write_outputs), one kernel per layer fewer. H200, same run, kernel trace of
 // a one-row step at ~570 cells: llama3-8b's shape 2018.4 -> 1987.3 us, SmolLM2's 710.1 -> 690.6
 // (the attention kernel 0.3-0.4 us longer a call, the quantize kernel, 1.0-1.3 us, gone).
+//
+// In a decode step the staged kernel also takes the layer's rotary embedding and K/V store
+// (AttentionRope, Backend::rope_kv_store_attention): after its wait each block reads its heads'
+// query, the row's new key and value (one trip, as the query alone), rotates them with rope.cu's
+// bits, puts the key and value rounded to the pool's type where the chunk has the row's own cell,
+// and block 0 of each KV head stores them in the pool. The rope_kv_store kernel is gone. H200,
+// one run, kernel trace of a one-row step at ~570 cells: SmolLM2's shape 656.6 -> 628.1 us a step
+// (a layer 20.66 -> 19.69: rope_kv_store's 0.94 gone, attention 6.84 -> 7.02), llama3-8b's
+// 1948.4 -> 1933.4 (rope_kv_store's 1.79 gone, but the q/k/v product 5.79 -> 6.49 and attention
+// 8.88 -> 9.82 a layer: attention's rows sent for before its wait now stream beside the product,
+// not beside the small kernel).
+//
+// Where a one-row step's attention goes (clock stamps of the folding block, H200, ~570 cells,
+// us after the wait, SmolLM2's shape / llama3-8b's): query and fresh rows 0.5 / 0.6, scores
+// 0.8 / 1.4, max and exponentials 0.7 / 0.7, V sums 1.0 / 1.6, partials 0.25 / 0.3, the arrival
+// 0.6 / 0.65, the fold's loads, scan and factors 1.4 / 1.7, its chains 0.6 / 0.65, the quantized
+// output 0.7 / 0.9: 6.9 / 8.9 us. Measured and set aside: the V sums loading the next eight cells
+// before adding these eight (1.16 -> 1.14 us) and the fold issuing its o_c loads first with
+// volatile loads (no change): neither phase waits on its loads.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -54,6 +73,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/plain_values.cuh"
 #include "backend/cuda/quantize_rules.cuh"
+#include "backend/cuda/rope_rules.cuh"
 #include "core/error.h"
 
 namespace cellm::cuda {
@@ -114,7 +134,18 @@ struct Args {
   // null: none).
   QuantizedActivations quantized;
   ActivationFormat format;
+  // A decode step's rope and K/V store folded in (the staged kernel, fresh_span 1), or
+  // rope.dst.cells null.
+  AttentionRope rope;
 };
+
+// A float as the pool's element type, rounded as store_plain rounds it.
+template <typename E>
+__device__ __forceinline__ E pool_value(float v) {
+  if constexpr (std::is_same_v<E, float>) return v;
+  else if constexpr (std::is_same_v<E, __half>) return __float2half_rn(v);
+  else return __float2bfloat16_rn(v);
+}
 
 // Bytes of shared memory before the staged V rows, rounded up so they are 16-byte aligned.
 __host__ __device__ constexpr size_t staging_offset(int heads, int hd) {
@@ -763,14 +794,59 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
   const int32_t pos = a.positions[p.t];
   const float* q_row = a.q + p.t * a.q_stride + static_cast<size_t>(p.h0) * hd;
   int first_entry = -1;  // kStaged: this thread's entry of the block's first chunk
+  // Rope folded in (a.rope): column i of the row's new K and V row of KV head p.g, rotated
+  // and rounded to the pool's type, held by thread i of head group 0 for the chunks that see the
+  // row's own cell (its only fresh entry: fresh_span is 1).
+  const bool rotating = kStaged && a.rope.dst.cells != nullptr;
+  E own_k{}, own_v{};
+  __shared__ int own_slot;
+  // After send_for_chunk: the own cell's K and V rows, where this chunk has it, into its staged
+  // place (head group 0 writes; the chunk's result reads them after its barrier).
+  const auto place_own_rows = [&](int entry) {
+    if (head_group() == 0 && entry <= -2) own_slot = group_thread();
+    if (__syncthreads_or(entry <= -2) && head_group() == 0 && group_thread() < hd) {
+      reinterpret_cast<E*>(s.k + own_slot * a.k_row_bytes)[group_thread()] = own_k;
+      reinterpret_cast<E*>(s.v)[own_slot * hd + group_thread()] = own_v;
+    }
+  };
   if constexpr (kStaged) {
     first_entry = send_for_chunk<E>(a, s, p, hd, pos, blockIdx.y, n_entries, pos - a.fresh_span + 1);
+    const int i = group_thread();
+    rope::PairOf pair{};
+    float2 cs{};
+    if (rotating && i < hd) {  // the angle: positions and the table are no kernel's output
+      pair = rope::pair_of(a.rope.interleaved, a.rope.angles.half, i);
+      cs = rope::angle_of(a.rope.angles, pos, pair.pair);
+    }
     wait_for_inputs();
     // The query (a group's one head, head_dim <= kThreads: a value per thread) asked for before
     // the fresh rows are sent for, so the two trips overlap; stored once the copies are issued.
-    const int i = group_thread();
-    const float q_value = i < hd ? q_row[i] : 0.0f;
-    if (__syncthreads_or(first_entry <= -2)) stage_rows<E>(a, s, hd, p.g, true);
+    float q_value = i < hd ? q_row[i] : 0.0f;
+    if (rotating) {
+      // The query's pair partner, the new K row's two and V's column: one trip with the query.
+      if (i < hd) {
+        const float q_partner = q_row[pair.partner];
+        const float* k_row = a.rope.k_new + p.t * a.rope.k_stride + static_cast<size_t>(p.g) * hd;
+        const float k_mine = k_row[i], k_partner = k_row[pair.partner];
+        const float v = a.rope.v_new[p.t * a.rope.v_stride + static_cast<size_t>(p.g) * hd + i];
+        q_value = pair.first ? rope::rotated_first(q_value, q_partner, cs) : rope::rotated_second(q_partner, q_value, cs);
+        const float k = pair.first ? rope::rotated_first(k_mine, k_partner, cs)
+                                   : rope::rotated_second(k_partner, k_mine, cs);
+        own_k = pool_value<E>(k);
+        own_v = pool_value<E>(v);
+        // The pool's copy, for later steps: slot 0's first block of the KV head (every row has
+        // one, whatever its chunks).
+        const int32_t cell = a.rope.dst.cells[p.t];
+        if (cell >= 0 && blockIdx.y == 0 && p.block_h0 == p.g * a.group && head_group() == 0) {
+          const size_t at = static_cast<size_t>(cell) * a.row_stride + static_cast<size_t>(p.g) * hd * sizeof(E);
+          reinterpret_cast<E*>(static_cast<char*>(a.rope.dst.k) + at)[i] = own_k;
+          reinterpret_cast<E*>(static_cast<char*>(a.rope.dst.v) + at)[i] = own_v;
+        }
+      }
+      place_own_rows(first_entry);
+    } else if (__syncthreads_or(first_entry <= -2)) {
+      stage_rows<E>(a, s, hd, p.g, true);
+    }
     if (i < hd) s.q[i] = q_value;
   } else {
     for (int i = group_thread(); i < p.heads * hd; i += kThreads) s.q[i] = q_row[i];
@@ -778,9 +854,13 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
   __syncthreads();
   auto chunk_of = [&](int chunk, float (&o)[kHeadSlots][kCols]) {
     if constexpr (kStaged) {
-      const int entry = chunk == static_cast<int>(blockIdx.y)
-                            ? first_entry
-                            : send_for_chunk<E>(a, s, p, hd, pos, chunk, n_entries, INT_MAX);
+      int entry = first_entry;
+      if (chunk != static_cast<int>(blockIdx.y)) {
+        // The step's writers are done (the wait): only the row's own new cell, when rotating,
+        // is not in the pool yet.
+        entry = send_for_chunk<E>(a, s, p, hd, pos, chunk, n_entries, rotating ? pos : INT_MAX);
+        if (rotating) place_own_rows(entry);
+      }
       return staged_chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.heads, entry, o);
     } else {
       return chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.t, p.g, p.heads, chunk, n_entries, o);
@@ -961,7 +1041,7 @@ bool plan_quantizes(const Plan& plan, int hd, ActivationFormat format) {
 template <typename E>
 void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                   const TensorRef& out, const AttentionWorkspace& workspace, const AttentionQuantizedOut* quantized,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, const AttentionRope* rope) {
   const int hd = kv.head_dim;
   const int n_heads = static_cast<int>(q.cols / hd);
   const int group = n_heads / kv.n_kv_heads;
@@ -970,6 +1050,8 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
     fail(ErrorCode::Internal, "attention: quantized output of ", q.rows, " x ", q.cols, " not supported");
   const StagedShape staged = plan.staged;
   const int heads_per_block = plan.heads_per_block;
+  if (rope != nullptr && staged.slots == 0)
+    fail(ErrorCode::Internal, "attention: the rope of ", q.rows, " rows folded in without the staged kernel");
 
   const Args args{static_cast<const float*>(q.data),
                   q.row_stride / sizeof(float),
@@ -995,9 +1077,12 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
                   staged.slots > 0 ? kChunk : plan.stage_cells,
                   staged.slots > 0 ? staged_k_row_bytes(hd, sizeof(E)) : 0,
                   staged.slots > 0 ? static_cast<int>(staged_k_offset(heads_per_block, hd, sizeof(E))) : 0,
-                  static_cast<int>(q.rows),  // a row's step may have written its q.rows newest cells
+                  // A row's step may have written its q.rows newest cells; with the rope folded in,
+                  // its one new cell (this launch writes it).
+                  rope != nullptr ? 1 : static_cast<int>(q.rows),
                   quantized != nullptr ? quantized->q : QuantizedActivations{},
-                  quantized != nullptr ? quantized->format : ActivationFormat::Q8_0};
+                  quantized != nullptr ? quantized->format : ActivationFormat::Q8_0,
+                  rope != nullptr ? *rope : AttentionRope{}};
   const dim3 grid(static_cast<unsigned>(n_heads / heads_per_block), static_cast<unsigned>(plan.slots),
                   static_cast<unsigned>(q.rows));
   if (staged.slots > 0) {
@@ -1046,6 +1131,23 @@ auto visit_pool_type(DType dtype, F&& f) {
 
 }  // namespace
 
+bool attention_rope_supported(const TensorRef& q, const backend::PagedKv& kv, const AttentionRope& rope,
+                              const AttentionWorkspace& workspace) {
+  const int hd = kv.head_dim;
+  if (!is_plain(kv.dtype) || hd <= 0 || kv.n_kv_heads <= 0 || q.cols % (int64_t{kv.n_kv_heads} * hd) != 0 ||
+      q.rows > 65535 || rope.k_new == nullptr || rope.v_new == nullptr || rope.dst.cells == nullptr)
+    return false;
+  // The same layer's pool, whole heads rotating (pair partners within the head).
+  if (rope.dst.k != kv.k || rope.dst.v != kv.v || rope.dst.row_stride != kv.row_stride || rope.dst.dtype != kv.dtype ||
+      rope.angles.half * 2 != hd)
+    return false;
+  const int n_heads = static_cast<int>(q.cols / hd);
+  const int group = n_heads / kv.n_kv_heads;
+  return visit_pool_type(kv.dtype, [&](auto e) {
+    return plan_of<decltype(e)>(q.rows, n_heads, group, hd, workspace).staged.slots > 0;
+  });
+}
+
 bool attention_quantize_supported(const TensorRef& q, const backend::PagedKv& kv, const TensorRef& out,
                                   ActivationFormat format, const AttentionWorkspace& workspace) {
   const int hd = kv.head_dim;
@@ -1060,7 +1162,7 @@ bool attention_quantize_supported(const TensorRef& q, const backend::PagedKv& kv
 
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                       const TensorRef& out, const AttentionWorkspace& workspace, const AttentionQuantizedOut* quantized,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, const AttentionRope* rope) {
   const int hd = kv.head_dim;
   if (!is_plain(kv.dtype)) fail(ErrorCode::Unsupported, "attention over a ", dtype_name(kv.dtype), " KV pool on CUDA");
   const size_t elem = dtype_info(kv.dtype).block_bytes;
@@ -1081,7 +1183,7 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
   if (quantized != nullptr && !output_quantizable(q, out))  // launch_typed checks its plan's heads
     fail(ErrorCode::Internal, "attention: quantized output of ", q.rows, " x ", q.cols, " not supported");
   visit_pool_type(kv.dtype, [&](auto e) {
-    launch_typed<decltype(e)>(q, kv, positions, scale, out, workspace, quantized, stream);
+    launch_typed<decltype(e)>(q, kv, positions, scale, out, workspace, quantized, stream, rope);
   });
 }
 

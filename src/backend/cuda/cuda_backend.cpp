@@ -269,6 +269,43 @@ void CudaBackend::attention_matmul(const TensorRef& q, const backend::PagedKv& k
       });
 }
 
+// Where the step's attention runs its staged kernel (few rows), that kernel rotates the query
+// and the row's new key itself and stores the new K and V: the rope_kv_store launch is gone.
+void CudaBackend::rope_kv_store_attention(const TensorRef& x, const int32_t* positions,
+                                          const backend::RopeParams& params, const TensorRef& k, const TensorRef& v,
+                                          const backend::KvDestination& dst, const TensorRef& q,
+                                          const backend::PagedKv& kv, float scale, const TensorRef& attn_out,
+                                          const TensorRef* w, const float* bias, const TensorRef* residual,
+                                          const TensorRef& out) {
+  use_device(device_);
+  const AttentionWorkspace workspace = attention_workspace();
+  // q must be x's leading heads, in x's rows: every column of it rotates with the same angles.
+  const bool q_leads_x = q.data == x.data && q.rows == x.rows && q.row_stride == x.row_stride &&
+                         q.dtype == DType::F32 && q.cols <= int64_t{params.n_heads} * params.head_dim;
+  const AttentionRope rope{static_cast<const float*>(k.data),
+                           k.row_stride / sizeof(float),
+                           static_cast<const float*>(v.data),
+                           v.row_stride / sizeof(float),
+                           rope_angles(params, rope_tables_->find(params, stream_)),
+                           params.layout == backend::RopeLayout::Interleaved,
+                           dst};
+  const float* product_bias = nullptr;
+  if (!q_leads_x || !rope_kv_store_fusable(x, params, k, v, dst) || kv.head_dim != params.head_dim ||
+      k.cols != int64_t{kv.n_kv_heads} * kv.head_dim || !attention_rope_supported(q, kv, rope, workspace) ||
+      (w != nullptr && !fused_product_bias(attn_out.rows, bias, residual, out, product_bias)))
+    return Backend::rope_kv_store_attention(x, positions, params, k, v, dst, q, kv, scale, attn_out, w, bias, residual,
+                                            out);
+  if (w == nullptr) return launch_attention(q, kv, positions, scale, attn_out, workspace, nullptr, stream_, &rope);
+  matmul_->run_produced(
+      attn_out, *w, product_bias, out,
+      [&](ActivationFormat format) { return attention_quantize_supported(q, kv, attn_out, format, workspace); },
+      [&] { launch_attention(q, kv, positions, scale, attn_out, workspace, nullptr, stream_, &rope); },
+      [&](ActivationFormat format, const QuantizedActivations& quantized) {
+        const AttentionQuantizedOut with{format, quantized};
+        launch_attention(q, kv, positions, scale, attn_out, workspace, &with, stream_, &rope);
+      });
+}
+
 void CudaBackend::add(const TensorRef& a, const TensorRef& b, const TensorRef& out) {
   use_device(device_);
   launch_add(a, b, out, stream_);

@@ -60,6 +60,11 @@ class CudaBackend final : public backend::Backend {
                  const TensorRef& out) override;
   void add(const TensorRef& a, const TensorRef& b, const TensorRef& out) override;
   void glu(const TensorRef& gate, const TensorRef& up, backend::GluActivation act, const TensorRef& out) override;
+  void rope_kv_store_attention(const TensorRef& x, const int32_t* positions, const backend::RopeParams& params,
+                               const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst,
+                               const TensorRef& q, const backend::PagedKv& kv, float scale, const TensorRef& attn_out,
+                               const TensorRef* w, const float* bias, const TensorRef* residual,
+                               const TensorRef& out) override;
   void attention_matmul(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                         const TensorRef& attn_out, const TensorRef& w, const float* bias, const TensorRef* residual,
                         const TensorRef& out) override;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/matmul_kernels.h"
+#include "backend/cuda/rope_table.h"
 #include "backend/ops.h"
 
 namespace cellm::cuda {
@@ -43,6 +44,8 @@ void launch_rope_kv_store(const TensorRef& x, const int32_t* positions, const ba
                           const backend::KvDestination& dst, cudaStream_t stream);
 void launch_kv_store(const TensorRef& k, const TensorRef& v, const backend::KvDestination& dst,
                      cudaStream_t stream);
+// The angles of these parameters (rope_rules.cuh), for the kernels that rotate as rope.cu does.
+rope::Angles rope_angles(const backend::RopeParams& p, const float2* table);
 // Whether this build holds machine code (or PTX) the current device can run.
 cudaError_t probe_kernel_image();
 
@@ -87,8 +90,25 @@ struct AttentionQuantizedOut {
 // the heads it writes, which must be whole blocks of the format).
 bool attention_quantize_supported(const TensorRef& q, const backend::PagedKv& kv, const TensorRef& out,
                                   ActivationFormat format, const AttentionWorkspace& workspace);
+// A decode step's rotary embedding and K/V store, folded into its attention (one launch fewer
+// per layer): q's rows come unrotated; row t's new key (k_new, whole heads, every dim rotating)
+// and value (v_new) are rotated, stored at pool row dst.cells[t] (< 0: nowhere) and attended to
+// as that cell, with the bits of rope_kv_store then attention. Each row must be one sequence's
+// only new token (its step writes no other cell it sees).
+struct AttentionRope {
+  const float* k_new = nullptr;
+  size_t k_stride = 0;  // floats
+  const float* v_new = nullptr;
+  size_t v_stride = 0;  // floats
+  rope::Angles angles{};
+  bool interleaved = false;
+  backend::KvDestination dst;  // dst.cells null: no rope (the kernel's Args)
+};
+// Whether launch_attention takes `rope` for this step (its staged kernel does: few rows).
+bool attention_rope_supported(const TensorRef& q, const backend::PagedKv& kv, const AttentionRope& rope,
+                              const AttentionWorkspace& workspace);
 void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int32_t* positions, float scale,
                       const TensorRef& out, const AttentionWorkspace& workspace, const AttentionQuantizedOut* quantized,
-                      cudaStream_t stream);
+                      cudaStream_t stream, const AttentionRope* rope = nullptr);
 
 }  // namespace cellm::cuda

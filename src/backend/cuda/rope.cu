@@ -6,6 +6,10 @@
 // in double and rounded once (the correctly rounded value, which host libms return in most
 // cases). The rotation takes the CPU's float steps, unfused.
 //
+// A decode step's attention rotates its query and new key itself and stores K and V
+// (attention.cu, rope_rules.cuh): these kernels serve prefill and the steps its staged kernel
+// does not take.
+//
 // Measured and set aside (stop 31): the one-row q/k/v product rotating the pairs it writes and
 // storing K and V itself, this launch gone. llama3-8b b1, H200, one run: step 1939.6 -> 2001.9 us.
 // The product with that epilogue took 7.2 us a call against 5.5; attention, which now followed
@@ -18,6 +22,7 @@
 #include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/plain_values.cuh"
+#include "backend/cuda/rope_rules.cuh"
 #include "backend/cuda/rope_table.h"
 #include "core/error.h"
 
@@ -32,25 +37,15 @@ struct RopeArgs {
   const int32_t* positions;
   int n_heads;
   int head_dim;
-  int half;  // rope_dim / 2
-  float freq_scale;
-  float theta_scale;
+  rope::Angles angles;  // angles.half: rope_dim / 2
   bool interleaved;
-  const float2* table;  // [kRopeTablePositions][half] or null
 };
 
 // The cosine and sine that rotate pair p (head p / half, pair p % half) of row t. Reads only the
 // uploaded positions and the table built at load, so the kernels find it before
 // wait_for_inputs, while the kernel ahead ends.
 __device__ __forceinline__ float2 angle_of(const RopeArgs& a, int t, int p) {
-  const int i = p % a.half;
-  const int32_t pos = a.positions[t];
-  if (a.table != nullptr && pos >= 0 && pos < kRopeTablePositions)
-    return a.table[static_cast<size_t>(pos) * a.half + i];
-  float theta = __fmul_rn(static_cast<float>(pos), a.freq_scale);
-  for (int j = 0; j < i; ++j) theta = __fmul_rn(theta, a.theta_scale);
-  return make_float2(static_cast<float>(cos(static_cast<double>(theta))),
-                     static_cast<float>(sin(static_cast<double>(theta))));
+  return rope::angle_of(a.angles, a.positions[t], p % a.angles.half);
 }
 
 // Rotates pair p of row t in place by cs = angle_of(a, t, p); returns the pair's two columns
@@ -60,13 +55,12 @@ struct Rotated {
   float a, b;
 };
 __device__ __forceinline__ Rotated rotate_pair(const RopeArgs& a, int t, int p, float2 cs) {
-  const int h = p / a.half, i = p % a.half;
-  const float c = cs.x, s = cs.y;
+  const int half = a.angles.half, h = p / half, i = p % half;
   float* head = a.x + t * a.stride + static_cast<size_t>(h) * a.head_dim;
-  Rotated r{h, a.interleaved ? 2 * i : i, a.interleaved ? 2 * i + 1 : i + a.half, 0.0f, 0.0f};
+  Rotated r{h, rope::first_column(a.interleaved, half, i), rope::second_column(a.interleaved, half, i), 0.0f, 0.0f};
   const float x0 = head[r.ia], x1 = head[r.ib];
-  r.a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-  r.b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  r.a = rope::rotated_first(x0, x1, cs);
+  r.b = rope::rotated_second(x0, x1, cs);
   head[r.ia] = r.a;
   head[r.ib] = r.b;
   return r;
@@ -77,7 +71,7 @@ __device__ __forceinline__ Rotated rotate_pair(const RopeArgs& a, int t, int p, 
 __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
   allow_next_kernel();
   const int p = blockIdx.x * kThreads + threadIdx.x;
-  const bool rotates = p < a.n_heads * a.half;
+  const bool rotates = p < a.n_heads * a.angles.half;
   const float2 cs = rotates ? angle_of(a, blockIdx.y, p) : float2{};
   wait_for_inputs();
   if (rotates) rotate_pair(a, blockIdx.y, p, cs);
@@ -102,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_store_kernel(RopeArgs a, KvA
   allow_next_kernel();
   const int t = blockIdx.y;
   const int p = blockIdx.x * kThreads + threadIdx.x;
-  const int pairs = a.n_heads * a.half;
+  const int pairs = a.n_heads * a.angles.half;
   const int32_t cell = kv.cells[t];  // uploaded, as the angle: both before the wait
   const float2 cs = p < pairs ? angle_of(a, t, p) : float2{};
   wait_for_inputs();
@@ -125,14 +119,17 @@ RopeArgs rope_args(const TensorRef& x, const int32_t* positions, const backend::
     fail(ErrorCode::Internal, "rope: rope_dim ", p.rope_dim, " / head_dim ", p.head_dim, " / heads ", p.n_heads,
          " do not fit rows of ", x.cols);
   if (x.rows > 65535) fail(ErrorCode::Internal, "rope over ", x.rows, " rows exceeds the grid");
-  // Same expression as the CPU kernel, evaluated on the host in float.
-  const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dim));
   return {static_cast<float*>(x.data), x.row_stride / sizeof(float), positions, p.n_heads, p.head_dim,
-          p.rope_dim / 2, p.freq_scale, theta_scale, p.layout == backend::RopeLayout::Interleaved,
-          table};
+          rope_angles(p, table), p.layout == backend::RopeLayout::Interleaved};
 }
 
 }  // namespace
+
+rope::Angles rope_angles(const backend::RopeParams& p, const float2* table) {
+  // Same expression as the CPU kernel, evaluated on the host in float.
+  const float theta_scale = std::pow(p.base, -2.0f / static_cast<float>(p.rope_dim));
+  return {table, p.rope_dim / 2, p.freq_scale, theta_scale};
+}
 
 void launch_rope(const TensorRef& x, const int32_t* positions, const backend::RopeParams& p, const float2* table,
                  cudaStream_t stream) {

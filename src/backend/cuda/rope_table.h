@@ -17,6 +17,16 @@ namespace cellm::cuda {
 
 inline constexpr int kRopeTablePositions = 8192;
 
+namespace rope {
+// What the angle of pair i (0 <= i < half) at a position depends on (rope_rules.cuh).
+struct Angles {
+  const float2* table;  // [kRopeTablePositions][half] (cos, sin), or null
+  int half;             // rope_dim / 2
+  float freq_scale;
+  float theta_scale;
+};
+}  // namespace rope
+
 class RopeTables {
  public:
   explicit RopeTables(DeviceMemory& memory) : memory_(memory) {}

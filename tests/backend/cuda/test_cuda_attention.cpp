@@ -86,6 +86,21 @@ class PagedAttentionScenario {
 
   kv::CellCache& cache() { return *cache_; }
 
+  // a: 300 cells; b: a's first 120 and 9 of its own; c: 1000 (eight chunks: split over blocks).
+  struct Sequences {
+    kv::SeqId a, b, c;
+  };
+  Sequences three_sequences() {
+    Sequences q;
+    q.a = cache_->create();
+    append(q.a, 300, 100);
+    q.b = cache_->clone(q.a, 120);
+    append(q.b, 9, 9);
+    q.c = cache_->create();
+    append(q.c, 1000, 250);
+    return q;
+  }
+
   // prepare + K/V for the step's cells (random) + commit unless `keep_pending`.
   void step(const std::vector<kv::SeqId>& seqs, const std::vector<int32_t>& positions, bool keep_pending = false) {
     const kv::StepBuffers& s = cache_->prepare(seqs, positions);
@@ -296,6 +311,85 @@ class PagedAttentionScenario {
     }
   }
 
+  // With a decode step pending (each row one sequence's new token): rope_kv_store_attention
+  // gives the bits of rope_kv_store then attention - the attention output and every pool byte -
+  // for both rotary layouts, the step's own cells NaN until the call stores them. Where the
+  // staged kernel takes the rope (attention_rope_supported) the call is one launch, which
+  // leaves x unrotated.
+  void compare_rope_folded(CudaBackend& gpu, const std::vector<int32_t>& positions, const std::string& what) {
+    const kv::StepBuffers& s = cache_->step();
+    const auto T = static_cast<int64_t>(positions.size());
+    const auto cell_pos = cache_->cell_pos();
+    const int32_t P = cache_->config().page_cells;
+    const int hd = layout_.head_dim, kv_heads = layout_.n_kv_heads, q_heads = kv_heads * layout_.group;
+    const int64_t q_cols = int64_t{q_heads} * hd, kv_cols = int64_t{kv_heads} * hd, x_cols = q_cols + kv_cols;
+    std::vector<uint8_t> device_pool(reinterpret_cast<uint8_t*>(pool_->row(0)),
+                                     reinterpret_cast<uint8_t*>(pool_->row(0)) + pool_->allocated_bytes());
+    for (int32_t cell : s.cells)
+      fill_cell(reinterpret_cast<std::byte*>(device_pool.data()) + static_cast<size_t>(cell) * geometry_.bytes_per_cell(),
+                [] { return std::nanf(""); });
+    const Rows x = random_rows(T, x_cols, 21 + static_cast<uint32_t>(T), 2.0f);
+    const Rows v = random_rows(T, kv_cols, 22 + static_cast<uint32_t>(T), 2.0f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    DeviceBuffer d_pos(gpu, positions), d_cells(gpu, s.cells), d_v(gpu, v.values),
+        d_cell_pos(gpu, std::vector<int32_t>(cell_pos.begin(), cell_pos.end()));
+    for (backend::RopeLayout layout : {backend::RopeLayout::Interleaved, backend::RopeLayout::Neox}) {
+      const backend::RopeParams params{q_heads + kv_heads, hd, hd, 10000.0f, 1.0f, layout};
+      for (int32_t l = 0; l < geometry_.layer_count(); ++l) {
+        const kv::WindowPages& wp = s.windows[static_cast<size_t>(geometry_.window_index(l))];
+        DeviceBuffer d_page_rows(gpu, wp.page_rows), d_pages(gpu, wp.pages);
+        DeviceBuffer d_pool_apart(gpu, device_pool), d_pool_folded(gpu, device_pool);
+        DeviceBuffer d_x_apart(gpu, x.values), d_x_folded(gpu, x.values);
+        DeviceBuffer d_out_apart(gpu, static_cast<size_t>(T * q_cols) * sizeof(float)),
+            d_out_folded(gpu, static_cast<size_t>(T * q_cols) * sizeof(float));
+        struct Views {
+          TensorRef x, q, k;
+          backend::KvDestination dst;
+          backend::PagedKv kv;
+        };
+        auto views = [&](DeviceBuffer& dx, DeviceBuffer& dp) {
+          Views w;
+          w.x = Rows::device_ref(dx, T, x_cols);
+          w.q = w.x;
+          w.q.cols = q_cols;
+          w.k = w.x;
+          w.k.data = dx.as<float>() + q_cols;
+          w.k.cols = kv_cols;
+          char* base = dp.as<char>();
+          w.dst = {base + geometry_.k_offset(l), base + geometry_.v_offset(l), geometry_.bytes_per_cell(),
+                   layout_.dtype, d_cells.as<int32_t>()};
+          w.kv = {base + geometry_.k_offset(l), base + geometry_.v_offset(l), geometry_.bytes_per_cell(),
+                  layout_.dtype, kv_heads, hd, wp.window, P, d_cell_pos.as<int32_t>(), d_page_rows.as<int32_t>(),
+                  d_pages.as<int32_t>()};
+          return w;
+        };
+        const TensorRef gv = Rows::device_ref(d_v, T, kv_cols);
+        const Views apart = views(d_x_apart, d_pool_apart);
+        gpu.rope_kv_store(apart.x, d_pos.as<int32_t>(), params, apart.k, gv, apart.dst);
+        gpu.attention(apart.q, apart.kv, d_pos.as<int32_t>(), scale, Rows::device_ref(d_out_apart, T, q_cols));
+        const Views folded = views(d_x_folded, d_pool_folded);
+        const TensorRef out_folded = Rows::device_ref(d_out_folded, T, q_cols);
+        gpu.rope_kv_store_attention(folded.x, d_pos.as<int32_t>(), params, folded.k, gv, folded.dst, folded.q,
+                                    folded.kv, scale, out_folded, nullptr, nullptr, nullptr, out_folded);
+        const std::string how = what + " layer " + std::to_string(l) +
+                                (layout == backend::RopeLayout::Neox ? " neox" : " interleaved");
+        const std::vector<float> got = d_out_folded.download<float>(static_cast<size_t>(T * q_cols));
+        const std::vector<float> want = d_out_apart.download<float>(static_cast<size_t>(T * q_cols));
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << how << ": attention output";
+        EXPECT_EQ(d_pool_folded.download<uint8_t>(device_pool.size()), d_pool_apart.download<uint8_t>(device_pool.size()))
+            << how << ": pool bytes";
+        AttentionRope rope{};
+        rope.k_new = static_cast<const float*>(folded.k.data);
+        rope.v_new = d_v.as<float>();
+        rope.angles.half = hd / 2;
+        rope.dst = folded.dst;
+        if (attention_rope_supported(folded.q, folded.kv, rope, AttentionWorkspace{nullptr, 0, nullptr, 0, gpu.sm_count()})) {
+          EXPECT_EQ(d_x_folded.download<float>(x.values.size()), x.values) << how << ": one launch leaves x unrotated";
+        }
+      }
+    }
+  }
+
  private:
   // Every layer's K and V of the pool row at `row`, value() after value().
   template <class Value>
@@ -375,12 +469,7 @@ TEST_P(CudaAttention, ReadsTheCellsItsStepWritesOnlyAfterTheWriter) {
   CELLM_REQUIRE_GPU(gpu);
   PagedAttentionScenario sc(GetParam());
   kv::CellCache& cache = sc.cache();
-  const kv::SeqId a = cache.create();
-  sc.append(a, 300, 100);
-  const kv::SeqId b = cache.clone(a, 120);
-  sc.append(b, 9, 9);
-  const kv::SeqId c = cache.create();
-  sc.append(c, 1000, 250);  // eight chunks: split over blocks
+  const auto [a, b, c] = sc.three_sequences();
   {  // decode rows: each row's own new cell is the one its step writes
     const std::vector<int32_t> pos = {300, 129, 1000};
     sc.step({a, b, c}, pos, true);
@@ -401,6 +490,26 @@ TEST_P(CudaAttention, ReadsTheCellsItsStepWritesOnlyAfterTheWriter) {
     }
     sc.step(seqs, pos, true);
     sc.compare_behind_writer(gpu, pos, "prefill slice");
+    cache.abort();
+  }
+}
+
+TEST_P(CudaAttention, FoldedRopeIsRopeKvStoreThenAttention) {
+  CELLM_REQUIRE_GPU(gpu);
+  PagedAttentionScenario sc(GetParam());
+  kv::CellCache& cache = sc.cache();
+  const auto [a, b, c] = sc.three_sequences();
+  {  // decode rows of three sequences, two sharing a prefix
+    const std::vector<int32_t> pos = {300, 129, 1000};
+    sc.step({a, b, c}, pos, true);
+    sc.compare_rope_folded(gpu, pos, "decode step");
+    cache.abort();
+  }
+  {  // one row over more chunks than split slots: the own cell in a block's later chunk
+    const kv::SeqId e = cache.create();
+    sc.append(e, 8400, 420);
+    sc.step({e}, {8400}, true);
+    sc.compare_rope_folded(gpu, {8400}, "long context, one row");
     cache.abort();
   }
 }
