@@ -94,6 +94,12 @@ __host__ __device__ constexpr size_t activation_bytes(int64_t k) {
   return static_cast<size_t>(k) + static_cast<size_t>(k / 32) * 4 * 2;  // >= k / 16 * 2 group sums
 }
 
+// Measured and set aside (stop 32): each block normalizing the row too (RMSNorm's factor, then
+// the normed row quantized here), the norm's kernel gone. H200, one run, b1 step: llama3-8b
+// 1942.0 -> 2219.2 us (q/k/v with its norm 8.22 -> 12.93 us a layer, gate+up with its norm 21.55
+// -> 25.28), SmolLM2's shape 650.8 -> 757.9: every block's weights wait for its prologue, where
+// the norm's kernel does that work once while the product's first weights arrive.
+//
 // Quantizes a.x into shared memory by the rules of quantize_rules.cuh (the bytes
 // launch_quantize_activations writes) and returns the view the block terms read. Every load of
 // a batch is issued before the first block is quantized: the prologue then costs one trip to L2
@@ -353,6 +359,11 @@ void launch(const OneTokenArgs& a, int sm_count, cudaStream_t stream) {
   }();
   const int blocks_per_sm = std::max(1, std::min(register_blocks, static_cast<int>(sm_shared / (shared + 1024))));
   const int64_t groups = (a.n + kRows - 1) / kRows;
+  // Every resident block, though some then take a group more than others (llama3-8b's q/k/v:
+  // 768 groups, 240 of 528 blocks take two). Spreading them evenly over fewer blocks (384 of two)
+  // ran slower, step 1943.0 -> 2031.1 us (H200, one run, stop 32): the product was no faster
+  // (5.60 -> 5.58 us a layer) and the kernels after it lost their early start (attention 8.79 ->
+  // 11.05, glu_quantize 2.87 -> 4.02).
   const int64_t grid = std::min<int64_t>(groups, int64_t{sm_count} * blocks_per_sm);
   launch_kernel("one-token gemv kernel", kernel, static_cast<unsigned>(grid), kThreads, shared, stream, a);
 }
