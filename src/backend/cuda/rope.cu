@@ -57,7 +57,7 @@ struct Rotated {
 __device__ __forceinline__ Rotated rotate_pair(const RopeArgs& a, int t, int p, float2 cs) {
   const int half = a.angles.half, h = p / half, i = p % half;
   float* head = a.x + t * a.stride + static_cast<size_t>(h) * a.head_dim;
-  Rotated r{h, rope::first_column(a.interleaved, half, i), rope::second_column(a.interleaved, half, i), 0.0f, 0.0f};
+  Rotated r{h, rope::first_column(a.interleaved, i), rope::second_column(a.interleaved, half, i), 0.0f, 0.0f};
   const float x0 = head[r.ia], x1 = head[r.ib];
   r.a = rope::rotated_first(x0, x1, cs);
   r.b = rope::rotated_second(x0, x1, cs);

@@ -22,7 +22,7 @@ __device__ __forceinline__ float2 angle_of(const Angles& a, int32_t pos, int i) 
 }
 
 // The columns within a head of pair i: adjacent (interleaved) or half a head apart (NeoX).
-__device__ __forceinline__ int first_column(bool interleaved, int half, int i) { return interleaved ? 2 * i : i; }
+__device__ __forceinline__ int first_column(bool interleaved, int i) { return interleaved ? 2 * i : i; }
 __device__ __forceinline__ int second_column(bool interleaved, int half, int i) {
   return interleaved ? 2 * i + 1 : i + half;
 }
