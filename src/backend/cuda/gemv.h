@@ -45,13 +45,19 @@ inline GemvGrid gemv_grid(int blocks_per_sm, int64_t units, int64_t tokens, int 
 
 void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
-// One f32 activation row (gemv_one_token.cu): the same results as launch_exact_matmul. `q`
-// holds x quantized (launch_quantize_activations), or is null: then the kernel quantizes x
-// itself, one launch instead of two, which pays while the row is short (kGemvQuantizeMaxColumns:
-// each block quantizes the whole row) and launches are made one by one (matmul.cpp). Supported
-// for every quantized type of the exact kernels with rows of at most 32768 columns.
+// One f32 activation row, or up to gemv_one_token_max_rows(w) rows quantized already
+// (gemv_one_token.cu: each staged weight segment serves every row): the same results as
+// launch_exact_matmul. `q` holds x quantized (launch_quantize_activations), or is null: then
+// the kernel quantizes its one row itself, one launch instead of two, which pays while the row
+// is short (kGemvQuantizeMaxColumns: each block quantizes the whole row) and launches are made
+// one by one (matmul.cpp). Supported for every quantized type of the exact kernels with rows of
+// at most 32768 columns.
 inline constexpr int64_t kGemvQuantizeMaxColumns = 2048;
+inline constexpr int64_t kGemvSharedWeightsMaxRows = 8;
 bool gemv_one_token_supported(const TensorRef& w);
+// The most activation rows one launch takes for these weights where it beats gemv.cu: 8 for the
+// k-quants, 2 for the 32-element formats; 0 where unsupported.
+int64_t gemv_one_token_max_rows(const TensorRef& w);
 void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
 // The tensor-core kernel for many activation rows (gemm_exact.cu): the same results.

@@ -21,6 +21,9 @@
 //    warp 0 folds them in block order: the k-quants one chain per row, the 32-element formats
 //    four (block b to chain b % 4, lane (b % 4, r)), closed by (acc0 + acc1) + (acc2 + acc3).
 //    That is the contract's sequence (matmul_kernels.h): the CPU's bits, and gemv.cu's.
+// A few activation rows (a decode step of a few sequences: gemv_one_token_max_rows) share the
+// staged weights: a lane forms its blocks' terms for each row in turn from the same segment,
+// and warp w folds rows w, w + kWarps, ... The weights are streamed once for all of them.
 #include <algorithm>
 #include <type_traits>
 
@@ -56,7 +59,7 @@ constexpr int kStages = 2;
 constexpr int kLanesPerRow = 4;  // the 32-element formats' four chains live in four lanes
 constexpr int kRows = 32 / kLanesPerRow;
 
-template <class F>
+template <class F, int kTokens>
 struct Staging {
   static constexpr bool kKQuant = F::kElems == 256;
   static constexpr int kUnits = kKQuant ? 1 : 4;  // blocks per lane per pass
@@ -66,13 +69,19 @@ struct Staging {
   static constexpr int kChunks = (15 + kSpan * F::kBlockBytes + 15) / 16;
   static constexpr int kSegmentBytes = 16 * (kChunks | 1);
   static constexpr int kStageBytes = kRows * kSegmentBytes + 16;  // slack for the word readers
-  // A round: each warp one pass of the same rows; its operands per row, an odd count apart.
+  // A round: each warp one pass of the same rows; its operands per token and row, an odd count
+  // apart.
   static constexpr int kRoundStride = (kWarps * kSpan) | 1;
-  // Shared memory: each warp's stage barriers, its stages, the operands of two rounds, then
+  static constexpr int kTokenStride = kRows * kRoundStride;
+  // One token's operands are kept for two rounds, so a round's are written while the last
+  // round's are folded; several tokens' take one buffer, written only after the fold (a
+  // barrier more a round), which keeps Q4_1's eight at two blocks per SM instead of one.
+  static constexpr int kBuffers = kTokens == 1 ? 2 : 1;
+  // Shared memory: each warp's stage barriers, its stages, the operand buffers, then
   // (kQuantizes) the quantized activation row.
   static constexpr int kStagesOffset = (kStages * kWarps * 8 + 15) / 16 * 16;
   static constexpr int kOperandsOffset = kStagesOffset + kStages * kWarps * kStageBytes;
-  static constexpr int kSharedBytes = kOperandsOffset + 2 * kRows * kRoundStride * 16;
+  static constexpr int kSharedBytes = kOperandsOffset + kBuffers * kTokens * kTokenStride * 16;
 };
 
 struct OneTokenArgs {
@@ -83,10 +92,21 @@ struct OneTokenArgs {
   int blocks;          // per row
   int64_t k;           // columns
   const float* x;      // the activation row (16-byte aligned)
-  TokenActivations act;  // x quantized already, or unused: the kernel quantizes x itself
+  TokenActivations act;  // x quantized already (token 0's), or unused: the kernel quantizes x itself
+  int tokens;            // activation rows, at most the kernel's kTokens
+  int64_t codes_stride;  // bytes from one token's codes to the next's (QuantizedActivations::row_stride)
   float* out;
-  const float* bias;
+  size_t out_stride;  // floats from one token's outputs to the next's
+  const float* bias;  // per weight row, the same for every token
 };
+
+// Token t's quantized activations (matmul_kernels.h's layout: per row, the codes row_stride
+// apart, the scales and sums `blocks` apart, the group sums 16 * blocks).
+__device__ __forceinline__ TokenActivations token_activations(const OneTokenArgs& a, int t) {
+  const int64_t b = a.blocks;
+  return {a.act.codes + t * a.codes_stride, a.act.scales + t * b, a.act.sums != nullptr ? a.act.sums + t * b : nullptr,
+          a.act.group_sums != nullptr ? a.act.group_sums + t * b * 16 : nullptr};
+}
 
 // The quantized row in shared memory: codes, then the block scales, then Q8_1's sums or Q8_K's
 // group sums.
@@ -172,18 +192,29 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
 // 220.3 -> 214.0 us a step, step 659.4 -> 650.3 (llama3-8b 1939.2 -> 1943.2, within noise).
 // Held to five blocks per SM (96 registers) it ran slower, step 1936 -> 2063 us: five blocks
 // fill the SM's registers.
-template <class F>
-constexpr int kHeldRegisters = std::is_same_v<F, exact::one_lane::Q6KTerms> ? 128 : 112;
+// Several tokens (held to 128 registers, four blocks per SM then fill the SM's registers) keep
+// each token's accumulators and the token loop's addresses; held to 112, the k-quants spilled
+// (Q5_K 72-96 bytes, Q4_K 8-16). Q6_K still spills 64 / 100 bytes at 4 / 8 tokens, and still
+// beats gemv.cu there.
+template <class F, int kTokens>
+constexpr int kHeldRegisters = kTokens > 1 || std::is_same_v<F, exact::one_lane::Q6KTerms> ? 128 : 112;
 
-template <class F, bool kQuantizes>
-__global__ void __launch_bounds__(kThreads) __maxnreg__(kHeldRegisters<F>) gemv_one_token_kernel(OneTokenArgs a) {
+// kTokens activation rows (a.tokens of them) share each staged weight segment: their terms are
+// formed one token after another from it, and warp w folds tokens w, w + kWarps, ... (warp 0
+// alone with one token), each (token, row) in the contract's sequence: a row's output is the
+// same bits whichever launch and token count computed it.
+template <class F, bool kQuantizes, int kTokens>
+__global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kTokens>)) gemv_one_token_kernel(OneTokenArgs a) {
+  static_assert(!kQuantizes || kTokens == 1, "the kernel quantizes a single row only");
   allow_next_kernel();
-  using S = Staging<F>;
+  using S = Staging<F, kTokens>;
+  // The tokens warp `warp` folds: kFolded of them, kWarps apart.
+  constexpr int kFolded = (kTokens + kWarps - 1) / kWarps;
   extern __shared__ __align__(16) uint8_t shared[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int j = lane / kRows, r = lane % kRows;
   uint8_t* stages = shared + S::kStagesOffset + warp * kStages * S::kStageBytes;
-  float4* operands = reinterpret_cast<float4*>(shared + S::kOperandsOffset);  // [2][kRows][kRoundStride]
+  float4* operands = reinterpret_cast<float4*>(shared + S::kOperandsOffset);  // [kBuffers][kTokens][kRows][kRoundStride]
   const int passes = (a.blocks + S::kSpan - 1) / S::kSpan;
   const int rounds = (passes + kWarps - 1) / kWarps;
   const int groups = static_cast<int>((a.n + kRows - 1) / kRows);
@@ -269,17 +300,20 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__(kHeldRegisters<F>) gemv_
   TokenActivations act = a.act;
   if constexpr (kQuantizes) act = quantize_row<F>(a, shared + S::kSharedBytes);
 
-  float acc = 0.0f;  // warp 0: the fold's accumulator of row lane % kRows (chain lane / kRows)
-  float bias = 0.0f;  // warp 0, lanes j == 0: the bias of row r of the current group
+  // The folding warps' accumulators of row lane % kRows (chain lane / kRows), token
+  // warp + kWarps * f; warp 0 alone folds when there is one token.
+  float acc[kFolded] = {};
+  const bool folds = warp < kTokens;
+  float bias = 0.0f;  // folding warps, lanes j == 0: the bias of row r of the current group
   for (int i = 0; i < items; ++i) {
     const Item it = item_at(i);
     const int round = it.round, p = it.pass, rows = it.rows;
     const int64_t row0 = it.row0;
-    float4* ops = operands + (i & 1) * kRows * S::kRoundStride;
+    float4* ops = operands + (S::kBuffers == 2 ? (i & 1) : 0) * kTokens * S::kTokenStride;
     issue_copy(i + kStages - 1);
     // The bias (a residual, for MatMulAdd) is asked for while the weights arrive: loaded where
     // it is added, the row's last fold step waited on it.
-    if (warp == 0 && round == 0 && a.bias != nullptr && j == 0 && r < rows) bias = a.bias[row0 + r];
+    if (folds && round == 0 && a.bias != nullptr && j == 0 && r < rows) bias = a.bias[row0 + r];
     // This lane's blocks' activations are on their way too before it waits for the weights.
     const bool computes = p < passes && r < rows;
     typename F::Activations x[S::kUnits];
@@ -299,35 +333,56 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__(kHeldRegisters<F>) gemv_
         if (b < a.blocks)
           ops[r * S::kRoundStride + warp * S::kSpan + within] = F::terms(segment + within * F::kBlockBytes, x[u]);
       }
+      // The other tokens' terms from the same staged segment, their activations loaded in turn
+      // (a whole set of Q8_K activations is 73 registers: one token's at a time).
+      for (int t = 1; t < kTokens && t < a.tokens; ++t) {
+        const TokenActivations act_t = token_activations(a, t);
+#pragma unroll
+        for (int u = 0; u < S::kUnits; ++u) {
+          const int within = u * kLanesPerRow + j;
+          const int b = p * S::kSpan + within;
+          if (b < a.blocks)
+            ops[t * S::kTokenStride + r * S::kRoundStride + warp * S::kSpan + within] =
+                F::terms(segment + within * F::kBlockBytes, F::load_activations(act_t, b));
+        }
+      }
     }
-    __syncthreads();  // the round's operands are complete; the other buffer is free again
-    if (warp == 0) {
+    __syncthreads();  // the round's operands are complete (with one token, the other buffer is free again)
+    if (folds) {
       // The round's blocks in order: k-quants one chain per row (lanes 0..7); the 32-element
       // formats four, block b to chain b % 4 = lane / kRows.
       const int first_block = round * kWarps * S::kSpan;
-      if (S::kKQuant ? j == 0 : true) {
-        for (int s = S::kKQuant ? 0 : j; s < kWarps * S::kSpan && first_block + s < a.blocks;
-             s += S::kKQuant ? 1 : kLanesPerRow) {
-          const float4 t = ops[r * S::kRoundStride + s];
-          acc = __fmaf_rn(t.x, t.y, acc);
-          if constexpr (F::kHasMin) acc = __fmaf_rn(t.z, t.w, acc);
+#pragma unroll
+      for (int f = 0; f < kFolded; ++f) {
+        const int t = warp + kWarps * f;
+        if (t >= a.tokens) break;  // warp-uniform
+        const float4* token_ops = ops + t * S::kTokenStride;
+        if (S::kKQuant ? j == 0 : true) {
+          for (int s = S::kKQuant ? 0 : j; s < kWarps * S::kSpan && first_block + s < a.blocks;
+               s += S::kKQuant ? 1 : kLanesPerRow) {
+            const float4 o = token_ops[r * S::kRoundStride + s];
+            acc[f] = __fmaf_rn(o.x, o.y, acc[f]);
+            if constexpr (F::kHasMin) acc[f] = __fmaf_rn(o.z, o.w, acc[f]);
+          }
         }
-      }
-      if (round == rounds - 1) {
-        float v = acc;
-        if constexpr (!S::kKQuant) {  // (acc0 + acc1) + (acc2 + acc3)
-          const float a1 = __shfl_sync(0xffffffffu, acc, kRows + r);
-          const float a2 = __shfl_sync(0xffffffffu, acc, 2 * kRows + r);
-          const float a3 = __shfl_sync(0xffffffffu, acc, 3 * kRows + r);
-          v = __fadd_rn(__fadd_rn(acc, a1), __fadd_rn(a2, a3));
+        if (round == rounds - 1) {
+          float v = acc[f];
+          if constexpr (!S::kKQuant) {  // (acc0 + acc1) + (acc2 + acc3)
+            const float a1 = __shfl_sync(0xffffffffu, acc[f], kRows + r);
+            const float a2 = __shfl_sync(0xffffffffu, acc[f], 2 * kRows + r);
+            const float a3 = __shfl_sync(0xffffffffu, acc[f], 3 * kRows + r);
+            v = __fadd_rn(__fadd_rn(acc[f], a1), __fadd_rn(a2, a3));
+          }
+          if (j == 0 && r < rows) {
+            if (a.bias != nullptr) v = __fadd_rn(v, bias);
+            a.out[t * a.out_stride + row0 + r] = v;
+          }
+          acc[f] = 0.0f;
         }
-        if (j == 0 && r < rows) {
-          if (a.bias != nullptr) v = __fadd_rn(v, bias);
-          a.out[row0 + r] = v;
-        }
-        acc = 0.0f;
       }
     }
+    // One buffer for several tokens: folded before the next round's terms overwrite it.
+    if constexpr (S::kBuffers == 1) __syncthreads();
     __syncwarp();  // this warp's stage is refilled by the copy issued next item
   }
 #if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
@@ -338,14 +393,15 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__(kHeldRegisters<F>) gemv_
 // Widest activation row: its quantized form must fit in shared memory next to the stages.
 constexpr int64_t kMaxColumns = 32768;
 
-template <class F, bool kQuantizes>
+template <class F, bool kQuantizes, int kTokens>
 void launch(const OneTokenArgs& a, int sm_count, cudaStream_t stream) {
-  const auto kernel = gemv_one_token_kernel<F, kQuantizes>;
-  const size_t shared = Staging<F>::kSharedBytes + (kQuantizes ? activation_bytes(a.k) : 0);
+  const auto kernel = gemv_one_token_kernel<F, kQuantizes, kTokens>;
+  using S = Staging<F, kTokens>;
+  const size_t shared = S::kSharedBytes + (kQuantizes ? activation_bytes(a.k) : 0);
   // Blocks per multiprocessor: the register limit (found once) and this launch's shared memory.
   static const int register_blocks = [&] {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Staging<F>::kSharedBytes + activation_bytes(kMaxColumns))),
+                               static_cast<int>(S::kSharedBytes + (kQuantizes ? activation_bytes(kMaxColumns) : 0))),
           "one-token gemv shared memory");
     int blocks = 0;
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0), "one-token gemv occupancy");
@@ -374,10 +430,36 @@ bool gemv_one_token_supported(const TensorRef& w) {
   return w.cols <= kMaxColumns && exact::visit_exact_format(w.dtype, [](auto) {});
 }
 
+// Each further token costs a pass over the staged weights (its terms, one after another), so
+// the kernel gains only while streaming the weights is the larger cost. H200, one run each,
+// CudaPerf.MatmulThroughput (32768 x 8192, GB/s of weights, gemv.cu -> this kernel):
+//  - the k-quants at 2 / 4 / 8 rows: Q4_K 1391 -> 2656, 762 -> 1692, 415 -> 827; Q5_K 1674 ->
+//    2273, 924 -> 1381, 492 -> 781; Q6_K 1894 -> 2388, 1110 -> 1224, 618 -> 680;
+//  - the 32-element formats at 2 rows: Q4_0 1012 -> 1648, Q4_1 1077 -> 2018, Q5_0 1090 -> 1591,
+//    Q8_0 1929 -> 2384. At 4 and 8 rows (another run) they lost or tied: Q8_0 1393 -> 1132,
+//    563 -> 456; Q4_0 694 -> 807, 273 -> 272; Q5_0 323 -> 301 at 8. Their lanes take four
+//    blocks a pass, each token's in turn.
+// bench generation tok/s, same run: llama3-8b Q4_K b2 / b4 / b8 471.2 / 562.8 / 665.1 -> 755.8 /
+// 968.1 / 1139.1 (1.60x / 1.72x / 1.71x); SmolLM2's shape (Q4_1) b2 in graphs 2057.0 -> 2230.3.
+// Asking the other tokens' activations into L1 ahead of their terms lost (Q4_K 8 rows 827 ->
+// 664 GB/s, llama3-8b b8 1139 -> 924 tok/s): a long row's eight tokens do not fit beside the
+// stages. So did asking only the next token's, while this token's terms are formed (same run,
+// b2 / b4 / b8: 763 / 916 / 1009 -> 621 / 631 / 855 tok/s).
+int64_t gemv_one_token_max_rows(const TensorRef& w) {
+  if (w.cols > kMaxColumns) return 0;
+  int64_t rows = 0;
+  exact::visit_exact_format(w.dtype, [&]<class Format>(Format) {
+    rows = exact::one_lane::TermsOf<Format>::type::kElems == 256 ? kGemvSharedWeightsMaxRows : 2;
+  });
+  return rows;
+}
+
 void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream) {
   const size_t padded_row = (row_bytes(w.dtype, w.cols) + 15) / 16 * 16;  // what the copies may read
-  if (x.rows != 1 || x.dtype != DType::F32 || x.cols != w.cols || reinterpret_cast<uintptr_t>(x.data) % 16 != 0 ||
+  const int64_t max_rows = q != nullptr ? gemv_one_token_max_rows(w) : 1;
+  if (x.rows < 1 || x.rows > max_rows || out.rows != x.rows || x.dtype != DType::F32 || x.cols != w.cols ||
+      reinterpret_cast<uintptr_t>(x.data) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w.data) % 16 != 0 || w.row_stride % 16 != 0 || w.row_stride < padded_row ||
       !gemv_one_token_supported(w))
     fail(ErrorCode::Internal, "one-token gemv: unsupported operands (", dtype_name(w.dtype), ", ", x.rows, " x ",
@@ -391,15 +473,26 @@ void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, co
   args.w_stride = w.row_stride;
   args.row_chunks = padded_row / 16;
   args.n = w.rows;
+  args.tokens = static_cast<int>(x.rows);
+  args.codes_stride = q != nullptr ? q->row_stride : 0;
   args.out = static_cast<float*>(out.data);
+  args.out_stride = out.row_stride / sizeof(float);
   args.bias = bias;
   const bool known = exact::visit_exact_format(w.dtype, [&]<class Format>(Format) {
     using F = typename exact::one_lane::TermsOf<Format>::type;
     args.blocks = static_cast<int>(w.cols / F::kElems);
     if (q == nullptr)
-      launch<F, true>(args, sm_count, stream);
-    else
-      launch<F, false>(args, sm_count, stream);
+      launch<F, true, 1>(args, sm_count, stream);
+    else if (x.rows == 1)
+      launch<F, false, 1>(args, sm_count, stream);
+    else if (x.rows == 2)
+      launch<F, false, 2>(args, sm_count, stream);
+    else if constexpr (F::kElems == 256) {  // more rows: the k-quants only (gemv_one_token_max_rows)
+      if (x.rows <= 4)
+        launch<F, false, 4>(args, sm_count, stream);
+      else
+        launch<F, false, 8>(args, sm_count, stream);
+    }
   });
   if (!known) fail(ErrorCode::Internal, "one-token gemv: no kernel for ", dtype_name(w.dtype));
 }

@@ -1,6 +1,7 @@
 // Which operands the exact kernels take, and the dispatch between them (gemv.h): float weights
-// to the float kernel, quantized weights to the one-token kernel for one row, the streaming
-// kernel for a few and the tensor-core kernel for many; every choice gives the same bits.
+// to the float kernel, quantized weights to the one-token kernel for one row (or a few, where it
+// beats the streaming kernel: gemv_one_token_max_rows), the streaming kernel for a few and the
+// tensor-core kernel for many; every choice gives the same bits.
 #include <cstdint>
 
 #include "backend/cuda/gemv.h"
@@ -37,7 +38,7 @@ void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, cons
     launch_gemv_float(x, w, bias, out, sm_count, stream);
   else if (x.rows >= kExactGemmMinRows)
     launch_gemm_quantized(q, x.rows, w, bias, out, stream);
-  else if (x.rows == 1 && gemv_one_token_supported(w))
+  else if (x.rows <= gemv_one_token_max_rows(w))
     launch_gemv_one_token(x, &q, w, bias, out, sm_count, stream);
   else
     launch_gemv_quantized(q, x.rows, w, bias, out, sm_count, stream);

@@ -168,7 +168,7 @@ TEST(CudaMatmul, EveryFormatAndRowCountMatchesTheCpu) {
     const TensorRef placed = gpu.place_weight(w.ref(), "w");
     double worst = 0;
     size_t same = 0, total = 0;
-    for (int64_t T : {1, 3, 16, 17, 64, 300}) {
+    for (int64_t T : {1, 2, 3, 5, 8, 16, 17, 64, 300}) {
       const Rows x = random_rows(T, K, static_cast<uint32_t>(200 + T));
       const Reference ref = reference_product(w, x, {});
       const std::vector<float> got = gpu_product(gpu, placed, x, nullptr, false);
@@ -194,34 +194,42 @@ TEST(CudaMatmul, EveryFormatAndRowCountMatchesTheCpu) {
 // rows over a block's warps in rounds and loops over groups. A grid sized for one
 // multiprocessor gives every block many groups; the widths give one pass per row (K = 256 for
 // the k-quants), a partial pass (768: 24 blocks of 32 are one pass and a half), several rounds
-// (4096) and more blocks than one load batch of the quantizing prologue (8192).
+// (4096) and more blocks than one load batch of the quantizing prologue (8192). Several rows
+// quantized before (2, 3 and 8: a full, a partial and the widest token tile, where the format
+// takes that many) share its staged weights.
 TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
   CELLM_REQUIRE_GPU(gpu);
   const int64_t N = 1001;  // the last group of 8 rows has one
   for (int64_t K : {256, 768, 4096, 8192}) {
     const Rows source = random_rows(N, K, 141, 0.05f);
-    const Rows x = random_rows(1, K, 142);
     for (DType type : weight_formats()) {
       ActivationFormat format;
       if (!activation_format_for(type, format) || K % dtype_info(type).block_size != 0) continue;
       HostWeight w = quantized_weight(type, source);
       const TensorRef placed = gpu.place_weight(w.ref(), "w");
-      DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(N) * sizeof(float));
-      const TensorRef gx = Rows::device_ref(d_x, 1, K), gout = Rows::device_ref(d_out, 1, N);
       ASSERT_TRUE(gemv_one_token_supported(placed));
-      DeviceBuffer d_q(gpu, quantized_activation_bytes(1, K));
-      const QuantizedActivations q = carve_quantized_activations(d_q.data(), 1, K);
-      launch_quantize_activations(gx, format, q, gpu.stream());
-      const std::vector<float> cpu = cpu_product(w, x, {});
-      const Reference ref = reference_product(w, x, {});
-      for (const bool quantized_before : {false, true}) {
-        launch_gemv_one_token(gx, quantized_before ? &q : nullptr, placed, nullptr, gout, /*sm_count=*/1, gpu.stream());
-        const std::vector<float> got = d_out.download<float>(static_cast<size_t>(N));
-        const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) +
-                                 (quantized_before ? " (quantized before)" : " (quantized by the kernel)");
-        expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
-        if (cpu_runs_avx512()) {
-          EXPECT_EQ(identical(got, cpu), got.size()) << what;
+      for (int64_t T : {1, 2, 3, 8}) {
+        if (T > gemv_one_token_max_rows(placed)) continue;  // gemv.cu takes those
+        const Rows x = random_rows(T, K, 142);
+        DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
+        const TensorRef gx = Rows::device_ref(d_x, T, K), gout = Rows::device_ref(d_out, T, N);
+        DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
+        const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
+        launch_quantize_activations(gx, format, q, gpu.stream());
+        const std::vector<float> cpu = cpu_product(w, x, {});
+        const Reference ref = reference_product(w, x, {});
+        for (const bool quantized_before : {false, true}) {
+          if (!quantized_before && T > 1) continue;  // the kernel quantizes a single row only
+          launch_gemv_one_token(gx, quantized_before ? &q : nullptr, placed, nullptr, gout, /*sm_count=*/1,
+                                gpu.stream());
+          const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));
+          const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" +
+                                   std::to_string(T) +
+                                   (quantized_before ? " (quantized before)" : " (quantized by the kernel)");
+          expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
+          if (cpu_runs_avx512()) {
+            EXPECT_EQ(identical(got, cpu), got.size()) << what;
+          }
         }
       }
       gpu.release(placed.data);
