@@ -294,7 +294,13 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kToke
   // share) made llama3-8b's b1 step slower: 1932 -> 1937/1975/2058 us (one run, stop 30). So did
   // the kernel ahead (norm, GLU, attention) asking them into L2 with bulk prefetches
   // (cp.async.bulk.prefetch.L2, 8/16/32 MB): step 1940 -> 3036/4367/6566 us, the norm's two
-  // CTAs spending 28-83 us a call issuing them (stop 31).
+  // CTAs spending 28-83 us a call issuing them (stop 31). So did a kernel of its own, on a
+  // branch of the graph beside the decode step's attention (HBM is idle then), asking the first
+  // 16-40 MB of the MLP's gate/up matrix into L2 (stop 33, one run): step 1926 -> 1941-1951 us.
+  // It only ran beside attention at the highest stream priority (else it found no room until
+  // attention ended and slowed the output projection instead: 2241 us), attention lost ~1 us a
+  // layer to its traffic, and gate/up gained only 0.5-0.9 us of its 18.2: this kernel streams
+  // ~3.9 TB/s whether its bytes come from HBM or L2.
   for (int i = 0; i < kStages - 1; ++i) issue_copy(i);
   wait_for_inputs();
   TokenActivations act = a.act;
