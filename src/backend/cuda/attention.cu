@@ -87,10 +87,17 @@ constexpr int kMaxSlots = 64;     // split blocks per (row, heads)
 constexpr int kBlocksPerSm = 4;   // splitting stops once the grid reaches this many blocks per SM
 // The staged kernel (attention_kernel): at most this many query heads per block (a group of
 // kThreads threads each), and the split slots its shape aims at (a row of 2048 cells in one
-// pass) and the fewest it takes (fewer fold long contexts in too long chains).
+// pass) and the fewest it takes.
 constexpr int kStagedMaxGroups = 8;
 constexpr int kStagedTargetSlots = 16;
-constexpr int kStagedMinSlots = 8;
+// 2, not 8 (stop 33, H200): then the staged kernel also takes 4 and 8 rows of llama3-8b's shape
+// and SmolLM2's 8. At ~640 cells (one run): attention on the critical path 31.3 -> 22.7 us a
+// call at 8 rows; generation llama3-8b b4 / b8 968 / 1139 -> 1028 / 1172 tok/s, SmolLM2's b8
+// 4216-4294 -> 4651. A graph serves every context, so longer ones were measured too
+// (attention_scaling, 8 rows of llama3-8b's shape, ms a step): 2048 cells 0.0716 -> 0.0695,
+// 8192 0.2329 -> 0.2304, 32768 2.721 -> 1.662 (the other kernel's workspace holds too few chunks
+// there and it folds in place).
+constexpr int kStagedMinSlots = 2;
 
 // A block is one group of kThreads threads for the query heads it serves (the staged kernel has
 // a group per head, sharing the staged rows of their KV head). A thread's place in its group is
