@@ -1,8 +1,8 @@
 // The exact product of quantized weights with ONE activation row (a decode step of one
-// sequence), where the whole cost is streaming the weights once. gemv.cu splits each block over
-// 2 or 4 lanes and reduces with shuffles: ~590 warp instructions per 1152 weight bytes (ncu,
-// Q4_K), which caps it near 1 TB/s on an H200. Here a lane computes whole blocks
-// (block_terms.cuh) and every load stays coalesced:
+// sequence; a few rows share the weights, below), where the whole cost is streaming the weights
+// once. gemv.cu splits each block over 2 or 4 lanes and reduces with shuffles: ~590 warp
+// instructions per 1152 weight bytes (ncu, Q4_K), which caps it near 1 TB/s on an H200. Here a
+// lane computes whole blocks (block_terms.cuh) and every load stays coalesced:
 //  - a block of kWarps warps takes kRows rows at a time (a "group"), in rounds: in each round
 //    warp w does pass kWarps * round + w, which is blocks p * kSpan .. p * kSpan + kSpan - 1
 //    of each row; lane (j, r) = (lane / kRows, lane % kRows) does row r's blocks
