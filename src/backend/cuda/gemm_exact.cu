@@ -1,14 +1,19 @@
 // The exact product of quantized weights with quantized activations for many activation rows
-// (prefill), on the int8 tensor cores. A block of 8 warps owns 64 weight rows x 64 activation
-// rows and walks K in steps of 256 elements (eight 32-element blocks, or one super-block):
-//  1. the step's raw weight bytes (the 16-byte chunks around them) and activation codes come
-//     to shared memory with cp.async; the weights are decoded there to int8 rows with the
-//     GEMV's decoders (weight_units_int8.cuh), block scales and activation scales beside them;
+// (prefill, decode of many sequences), on the int8 tensor cores. A block of 8 warps owns 64
+// weight rows x 64 activation rows and walks K in steps of 256 elements (eight 32-element
+// blocks, or one super-block):
+//  1. the step's raw weight bytes (the 16-byte chunks around them), activation codes and
+//     scales come to shared memory with cp.async, one step ahead of the step being multiplied;
+//     the weights are decoded there to int8 rows with the GEMV's decoders
+//     (weight_units_int8.cuh), block scales beside them;
 //  2. each warp multiplies 16 weight rows by 32 activation rows with mma.sync m16n8k32 (k16
-//     for Q6_K's 16-element scale groups): per 32-element block (per sub-block or group for
-//     the k-quants) the exact integer sums of the contract;
+//     for Q6_K's 16-element scale groups), fragments by ldmatrix: per 32-element block (per
+//     sub-block or group for the k-quants) the exact integer sums of the contract. For
+//     Q4_K/Q5_K the tensor cores also apply the sub-block scales and mins (store_split);
 //  3. the float steps are the contract's, per output in block order, as in the GEMV
 //     (matmul_kernels.h), so an output is bit-identical whichever kernel computed it.
+// Measured (ncu, H200, Q4_K): the kernel is bound by issued instructions, not by memory; the
+// per-step copies and the integer scaling were most of them before they took their present form.
 #include <algorithm>
 
 #include "backend/cuda/gemv.h"
@@ -28,11 +33,11 @@ constexpr int kStepElems = 256;
 constexpr int kTileStride = kStepElems + 16;  // bytes per int8 tile row: conflict-free fragment reads
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-
-__device__ __forceinline__ void cp_async_wait_all() {
-  cp_async_commit();
-  cp_async_wait<0>();
-}
+// Steps in flight: the one multiplied and the one being copied. Two blocks share a
+// multiprocessor (registers held to 128), so one block's copies and barriers hide behind the
+// other's multiplies; three stages fit one block only and ran 1.3x slower (H200, Q4_K).
+constexpr int kStages = 2;
+constexpr int kBlocksPerSm = 2;
 
 __device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -46,7 +51,37 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
                : "r"(a0), "r"(a1), "r"(b0), "r"(0));
 }
 
-__device__ __forceinline__ uint32_t word_at(const int8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// c += a x b, a unsigned (Q4_K/Q5_K codes times part of a scale, or a min: 0..255).
+__device__ __forceinline__ void mma_u8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A Q4_K/Q5_K lane (sub-blocks 2 part and 2 part + 1) into the tiles as code x (scale & 7) and
+// code x (scale >> 3): each product is at most 31 x 7, so a byte holds it and four multiply
+// as one word without carries.
+template <class L>
+__device__ __forceinline__ void store_split(const L& l, int part, int8_t* low, int8_t* high) {
+  auto* wl = reinterpret_cast<uint32_t*>(low);
+  auto* wh = reinterpret_cast<uint32_t*>(high);
+  const uint32_t s0l = l.sc0 & 7, s0h = l.sc0 >> 3, s1l = l.sc1 & 7, s1h = l.sc1 >> 3;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    wl[16 * part + i] = l.lo[i] * s0l, wh[16 * part + i] = l.lo[i] * s0h;
+    wl[16 * part + 8 + i] = l.hi[i] * s1l, wh[16 * part + 8 + i] = l.hi[i] * s1h;
+  }
+}
+
+// Four 8 x 16-byte tiles from shared memory in one instruction: lane l names row l % 8 of tile
+// l / 8 and receives word lane % 4 of row lane / 4 of each tile, which is how mma.sync wants
+// its A and B fragments (one instruction where word loads took four).
+__device__ __forceinline__ void load_tiles(uint32_t (&r)[4], const int8_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
+}
 
 __device__ __forceinline__ void load_ints8(const int32_t* p, int (&v)[8]) {  // 16-byte aligned
   const int4 lo = *reinterpret_cast<const int4*>(p), hi = *reinterpret_cast<const int4*>(p + 4);
@@ -60,20 +95,34 @@ struct Tile {
   static constexpr int kStepBytes = kBlocks * F::kBlockBytes;
   // The aligned chunks around a step (up to 15 bytes before it) and the readers' slack.
   static constexpr int kRawBytes = (kStepBytes + 15 + 15) / 16 * 16 + 16;
+  static constexpr bool kBlockSums = F::kHasMin && !kKQuant;  // Q4_1/Q5_1: Q8_1 sums per block
+  static constexpr bool kGroupSums = F::kHasMin && kKQuant;   // Q4_K/Q5_K: sums per 16 codes
+  static constexpr bool kSplitScales = F::kHasMin && kKQuant;  // Q4_K/Q5_K: see multiply_split
+};
+
+// What one step needs from device memory, copied in while earlier steps are decoded and
+// multiplied (kStages of these in flight).
+template <class F>
+struct Stage {
+  using Tl = Tile<F>;
+  alignas(16) uint8_t raw[kRows][Tl::kRawBytes];
+  alignas(16) int8_t x[kTokens][kTileStride];
+  alignas(16) float xd[Tl::kBlocks][kTokens];                  // activation scale per block
+  alignas(16) float xs[Tl::kBlockSums ? 8 : 1][kTokens];       // Q8_1 sums per block
+  alignas(16) int16_t gs[Tl::kGroupSums ? kTokens : 1][16];    // the step's 16 group sums per token
 };
 
 template <class F>
 struct Shared {
-  int8_t w[kRows][kTileStride];
-  int8_t x[kTokens][kTileStride];
-  uint8_t raw[kRows][Tile<F>::kRawBytes];
-  float wd[8][kRows];    // 32-element formats: d per block; k-quants: [0] d, [1] dmin
-  float wm[8][kRows];    // Q4_1/Q5_1: m per block
-  float xd[8][kTokens];  // activation scale per block
-  float xs[8][kTokens];  // Q8_1 sums per block
-  int32_t wsc[kRows][16];   // k-quants: sub-block (Q6_K: group) scales
-  int32_t wmin[kRows][8];   // Q4_K/Q5_K mins
-  int32_t xpair[kTokens][8];  // Q4_K/Q5_K: sums of the codes of each 32-element sub-block
+  Stage<F> stage[kStages];
+  // The step's weights decoded: int8 rows, scales beside them. Q4_K/Q5_K: each code times
+  // the low three bits of its sub-block's scale (w) and times the high three (w_high).
+  alignas(16) int8_t w[kRows][kTileStride];
+  alignas(16) int8_t w_high[Tile<F>::kSplitScales ? kRows : 1][kTileStride];
+  float wd[8][kRows];         // 32-element formats: d per block; k-quants: [0] d, [1] dmin
+  float wm[8][kRows];         // Q4_1/Q5_1: m per block
+  alignas(16) int32_t wsc[kRows][16];   // k-quants: sub-block (Q6_K: group) scales
+  alignas(16) int32_t wmin[kRows][8];   // Q4_K/Q5_K mins
 };
 
 struct GemmArgs {
@@ -88,52 +137,91 @@ struct GemmArgs {
   const float* bias;
 };
 
-// Step s into shared memory: raw bytes and codes by cp.async, then decoded.
+// What a thread copies every step: four threads share a weight row and an activation row
+// (kRows = kTokens = kThreads / 4) and take every fourth 16-byte chunk of them. The row
+// addresses are worked out once; a step only adds its offset (per-step address arithmetic
+// and per-row loops cost more instructions than the multiply, measured by ncu).
+struct CopyRows {
+  const uint8_t* w;    // this thread's weight row
+  const int8_t* x;     // its activation row's codes
+  int64_t t;           // that activation row
+  int r, q;            // tile row, first chunk
+};
+static_assert(kRows == kThreads / 4 && kTokens == kThreads / 4, "four threads copy each tile row");
+
+__device__ __forceinline__ CopyRows copy_rows(const GemmArgs& a, int64_t n0, int64_t t0) {
+  CopyRows c;
+  c.r = threadIdx.x / 4, c.q = threadIdx.x % 4;
+  c.w = a.w + static_cast<size_t>(min(n0 + c.r, a.n - 1)) * a.w_stride;
+  c.t = min(t0 + c.r, a.tokens - 1);
+  c.x = a.act.codes + c.t * a.act.row_stride;
+  return c;
+}
+
+// Step s's raw weight bytes (the 16-byte chunks around them) into st by cp.async. Weights are
+// written by no kernel, so this may run before wait_for_inputs().
 template <class F>
-__device__ void load_step(const GemmArgs& a, Shared<F>& sh, int64_t n0, int64_t t0, int s) {
+__device__ __forceinline__ void copy_step_weights(const GemmArgs& a, const CopyRows& c, Stage<F>& st, int s) {
   using Tl = Tile<F>;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kMaxChunks = (Tl::kStepBytes + 30) / 16;
   const int row_bytes = a.blocks * F::kBlockBytes;
   const int start = s * Tl::kStepBytes, end = min(row_bytes, start + Tl::kStepBytes);
-  const int aligned = start & ~15, offset = start - aligned;
+  const int aligned = start & ~15;
   const int chunks = (end - aligned + 15) / 16;
+  const uint8_t* src = c.w + aligned;
+#pragma unroll
+  for (int i = 0; i < (kMaxChunks + 3) / 4; ++i) {
+    const int chunk = c.q + 4 * i;
+    if (chunk < chunks) cp_async16(&st.raw[c.r][16 * chunk], src + 16 * chunk);
+  }
+}
+
+// Step s's activation codes, scales and sums into st by cp.async.
+template <class F>
+__device__ __forceinline__ void copy_step_activations(const GemmArgs& a, const CopyRows& c, Stage<F>& st, int s) {
+  using Tl = Tile<F>;
   const int step_blocks = min(Tl::kBlocks, a.blocks - s * Tl::kBlocks);
   const int code_chunks = step_blocks * F::kElems / 16;
-  for (int r = warp; r < kRows; r += kWarps) {
-    const uint8_t* src = a.w + static_cast<size_t>(min(n0 + r, a.n - 1)) * a.w_stride + aligned;
-    for (int c = lane; c < chunks; c += 32) cp_async16(&sh.raw[r][16 * c], src + 16 * c);
-    const int64_t t = min(t0 + r, a.tokens - 1);
-    const int8_t* codes = a.act.codes + t * a.act.row_stride + static_cast<int64_t>(s) * kStepElems;
-    for (int c = lane; c < code_chunks; c += 32) cp_async16(&sh.x[r][16 * c], codes + 16 * c);
+  const int8_t* codes = c.x + static_cast<int64_t>(s) * kStepElems;
+#pragma unroll
+  for (int i = 0; i < kStepElems / 64; ++i) {
+    const int chunk = c.q + 4 * i;
+    if (chunk < code_chunks) cp_async16(&st.x[c.r][16 * chunk], codes + 16 * chunk);
   }
-  // Activation scales (and sums) of the step's blocks.
-  for (int i = threadIdx.x; i < Tl::kBlocks * kTokens; i += kThreads) {
-    const int b = i / kTokens, r = i % kTokens;
+  const int64_t first = c.t * a.blocks + s * Tl::kBlocks;  // the row's scale of the step's first block
+#pragma unroll
+  for (int b = c.q; b < Tl::kBlocks; b += 4) {
     if (b >= step_blocks) continue;
-    const int64_t t = min(t0 + r, a.tokens - 1);
-    const int64_t ab = t * a.blocks + s * Tl::kBlocks + b;
-    sh.xd[b][r] = a.act.scales[ab];
-    if constexpr (F::kHasMin && !Tl::kKQuant) sh.xs[b][r] = a.act.sums[ab];
+    cp_async4(&st.xd[b][c.r], a.act.scales + first + b);
+    if constexpr (Tl::kBlockSums) cp_async4(&st.xs[b][c.r], a.act.sums + first + b);
   }
-  if constexpr (Tl::kKQuant && F::kHasMin) {
-    for (int i = threadIdx.x; i < kTokens * 8; i += kThreads) {
-      const int r = i / 8, j = i % 8;
-      const int64_t t = min(t0 + r, a.tokens - 1);
-      const int16_t* g = a.act.group_sums + t * (static_cast<int64_t>(a.blocks) * 16) + 16 * s + 2 * j;
-      sh.xpair[r][j] = g[0] + g[1];
-    }
+  if constexpr (Tl::kGroupSums) {
+    if (c.q >= 2) cp_async16(&st.gs[c.r][8 * (c.q - 2)], a.act.group_sums + 16 * first + 8 * (c.q - 2));
   }
-  cp_async_wait_all();
-  __syncthreads();
-  // Decode: (row, block, part) units.
+}
+
+// Step s's raw weights (landed in st) decoded into the shared int8 rows and scales:
+// (row, block, part) units.
+template <class F, class Sh>
+__device__ void decode_step(const GemmArgs& a, const Stage<F>& st, Sh& sh, int s) {
+  using Tl = Tile<F>;
+  const int offset = (s * Tl::kStepBytes) & 15;
+  const int step_blocks = min(Tl::kBlocks, a.blocks - s * Tl::kBlocks);
   constexpr int kUnits = kRows * Tl::kBlocks * F::kLanes;
   for (int u = threadIdx.x; u < kUnits; u += kThreads) {
     const int r = u / (Tl::kBlocks * F::kLanes), b = (u / F::kLanes) % Tl::kBlocks, part = u % F::kLanes;
     if (b >= step_blocks) continue;
-    const uint8_t* block = &sh.raw[r][offset + b * F::kBlockBytes];
+    const uint8_t* block = &st.raw[r][offset + b * F::kBlockBytes];
     typename F::Lane l;
     F::lane(block, part, l);
-    if constexpr (Tl::kKQuant) {
+    if constexpr (Tl::kSplitScales) {
+      store_split(l, part, sh.w[r], sh.w_high[r]);
+      F::store_scales(l, part, sh.wsc[r], sh.wmin[r]);
+      if (part == 0) {
+        sh.wd[0][r] = F::d(block);
+        sh.wd[1][r] = F::dmin(block);
+      }
+    } else if constexpr (Tl::kKQuant) {
       F::store(l, part, sh.w[r]);
       F::store_scales(l, part, sh.wsc[r], sh.wmin[r]);
       if (part == 0) {
@@ -148,13 +236,11 @@ __device__ void load_step(const GemmArgs& a, Shared<F>& sh, int64_t n0, int64_t 
       }
     }
   }
-  __syncthreads();
 }
 
 template <class F>
-__global__ void __launch_bounds__(kThreads) gemm_exact_kernel(GemmArgs a) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_exact_kernel(GemmArgs a) {
   allow_next_kernel();
-  wait_for_inputs();
   using Tl = Tile<F>;
   extern __shared__ __align__(16) uint8_t smem[];
   auto& sh = *reinterpret_cast<Shared<F>*>(smem);
@@ -164,96 +250,127 @@ __global__ void __launch_bounds__(kThreads) gemm_exact_kernel(GemmArgs a) {
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
   const int wr = 16 * (warp % 4), wt = 32 * (warp / 4);  // the warp's rows and tokens in the tile
   const int ra = wr + gid, rb = wr + gid + 8;
+  // load_tiles addresses. A (16 weight rows x 32 bytes): tiles rows 0-7 / 8-15 by bytes 0-15 /
+  // 16-31. B (two sets of 8 tokens x 32 bytes): tiles bytes 0-15 / 16-31 of the first 8
+  // tokens, then of the next 8.
+  const int a_row = wr + lane % 8 + 8 * (lane / 8 % 2), a_col = 16 * (lane / 16);
+  const int b_row = wt + lane % 8 + 8 * (lane / 16), b_col = 16 * (lane / 8 % 2);
   // Output (j, i): row i < 2 ? ra : rb, token wt + 8j + 2 quad + (i & 1).
   constexpr int kAcc = Tl::kKQuant ? 1 : 4;
   float acc[kAcc][4][4] = {};
   const int steps = (a.blocks + Tl::kBlocks - 1) / Tl::kBlocks;
+  const CopyRows rows = copy_rows(a, n0, t0);
+  // The first steps' weights are asked for before the wait (no kernel writes them); each
+  // step's copies are one cp.async group, steps kStages - 1 ahead of the one being multiplied.
+  for (int p = 0; p < kStages - 1; ++p)
+    if (p < steps) copy_step_weights<F>(a, rows, sh.stage[p], p);
+  wait_for_inputs();
+  for (int p = 0; p < kStages - 1; ++p) {
+    if (p < steps) copy_step_activations<F>(a, rows, sh.stage[p], p);
+    cp_async_commit();
+  }
   for (int s = 0; s < steps; ++s) {
-    load_step<F>(a, sh, n0, t0, s);
+    cp_async_wait<kStages - 2>();
+    // Step s has landed for every thread, and every warp is done with step s - 1's tiles.
+    __syncthreads();
+    const int ahead = s + kStages - 1;
+    if (ahead < steps) {
+      copy_step_weights<F>(a, rows, sh.stage[ahead % kStages], ahead);
+      copy_step_activations<F>(a, rows, sh.stage[ahead % kStages], ahead);
+    }
+    cp_async_commit();
+    const Stage<F>& st = sh.stage[s % kStages];
+    decode_step<F>(a, st, sh, s);
+    __syncthreads();
     if constexpr (!Tl::kKQuant) {
       const int step_blocks = min(Tl::kBlocks, a.blocks - s * Tl::kBlocks);
 #pragma unroll
       for (int b = 0; b < Tl::kBlocks; ++b) {
         if (b >= step_blocks) break;
-        const int k0 = 32 * b + 4 * quad;
-        const uint32_t af[4] = {word_at(&sh.w[ra][k0]), word_at(&sh.w[rb][k0]), word_at(&sh.w[ra][k0 + 16]),
-                                word_at(&sh.w[rb][k0 + 16])};
+        uint32_t af[4], bf[2][4];
+        load_tiles(af, &sh.w[a_row][32 * b + a_col]);
+        load_tiles(bf[0], &st.x[b_row][32 * b + b_col]);
+        load_tiles(bf[1], &st.x[b_row + 16][32 * b + b_col]);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int8_t* xr = sh.x[wt + 8 * j + gid];
           int c[4];
-          mma_k32(c, af, word_at(xr + k0), word_at(xr + k0 + 16));
+          mma_k32(c, af, bf[j / 2][2 * (j % 2)], bf[j / 2][2 * (j % 2) + 1]);
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int n = i < 2 ? ra : rb, t = wt + 8 * j + 2 * quad + (i & 1);
             float& v = acc[b % 4][j][i];
-            v = __fmaf_rn(small_int_to_float(c[i]), __fmul_rn(sh.wd[b][n], sh.xd[b][t]), v);
-            if constexpr (F::kHasMin) v = __fmaf_rn(sh.wm[b][n], sh.xs[b][t], v);
+            v = __fmaf_rn(small_int_to_float(c[i]), __fmul_rn(sh.wd[b][n], st.xd[b][t]), v);
+            if constexpr (F::kHasMin) v = __fmaf_rn(sh.wm[b][n], st.xs[b][t], v);
           }
         }
       }
     } else {
-      int isum[4][4] = {};
       if constexpr (F::kType == DType::Q6_K) {
+        int isum[4][4] = {};
+        uint32_t af[4];  // groups g and g + 1 (g even)
 #pragma unroll
         for (int g = 0; g < 16; ++g) {
-          const int k0 = 16 * g + 4 * quad;
-          const uint32_t a0 = word_at(&sh.w[ra][k0]), a1 = word_at(&sh.w[rb][k0]);
+          uint32_t bf[4];
+          if (g % 2 == 0) load_tiles(af, &sh.w[a_row][16 * g + a_col]);
+          load_tiles(bf, &st.x[wt + lane][16 * g]);  // tile j: tokens wt + 8j ..
+          const uint32_t a0 = af[2 * (g % 2)], a1 = af[2 * (g % 2) + 1];
           const int sa = sh.wsc[ra][g], sb = sh.wsc[rb][g];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             int c[4];
-            mma_k16(c, a0, a1, word_at(&sh.x[wt + 8 * j + gid][k0]));
+            mma_k16(c, a0, a1, bf[j]);
 #pragma unroll
             for (int i = 0; i < 4; ++i) isum[j][i] += (i < 2 ? sa : sb) * c[i];
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int n = i < 2 ? ra : rb, t = wt + 8 * j + 2 * quad + (i & 1);
+            acc[0][j][i] = __fmaf_rn(__int2float_rn(isum[j][i]), __fmul_rn(sh.wd[0][n], st.xd[0][t]), acc[0][j][i]);
           }
         }
       } else {
+        // The contract's integer sums, on the tensor cores alone: sum_j scale_j (codes_j . x_j)
+        // = 8 (high tile . x) + (low tile . x), and sum_j min_j (sum of x_j) = (each row's
+        // mins spread over their sub-blocks . x), all three accumulated over the step.
+        int high[4][4] = {}, low[4][4] = {}, mins[4][4] = {};
+        int m[2][8];  // rows ra, rb
+        load_ints8(sh.wmin[ra], m[0]);
+        load_ints8(sh.wmin[rb], m[1]);
 #pragma unroll
         for (int sb8 = 0; sb8 < 8; ++sb8) {
-          const int k0 = 32 * sb8 + 4 * quad;
-          const uint32_t af[4] = {word_at(&sh.w[ra][k0]), word_at(&sh.w[rb][k0]), word_at(&sh.w[ra][k0 + 16]),
-                                  word_at(&sh.w[rb][k0 + 16])};
-          const int sa = sh.wsc[ra][sb8], sb = sh.wsc[rb][sb8];
+          uint32_t al[4], ah[4], bf[2][4];
+          load_tiles(al, &sh.w[a_row][32 * sb8 + a_col]);
+          load_tiles(ah, &sh.w_high[a_row][32 * sb8 + a_col]);
+          load_tiles(bf[0], &st.x[b_row][32 * sb8 + b_col]);
+          load_tiles(bf[1], &st.x[b_row + 16][32 * sb8 + b_col]);
+          const uint32_t ma = static_cast<uint32_t>(m[0][sb8]) * 0x01010101u;
+          const uint32_t mb = static_cast<uint32_t>(m[1][sb8]) * 0x01010101u;
+          const uint32_t am[4] = {ma, mb, ma, mb};
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            const int8_t* xr = sh.x[wt + 8 * j + gid];
-            int c[4];
-            mma_k32(c, af, word_at(xr + k0), word_at(xr + k0 + 16));
-#pragma unroll
-            for (int i = 0; i < 4; ++i) isum[j][i] += (i < 2 ? sa : sb) * c[i];
+            const uint32_t b0 = bf[j / 2][2 * (j % 2)], b1 = bf[j / 2][2 * (j % 2) + 1];
+            mma_u8_k32(low[j], al, b0, b1);
+            mma_u8_k32(high[j], ah, b0, b1);
+            mma_u8_k32(mins[j], am, b0, b1);
           }
         }
-      }
-      int mins[2][8] = {};  // rows ra, rb
-      if constexpr (F::kHasMin) {
+        const float d[2] = {sh.wd[0][ra], sh.wd[0][rb]}, dmin[2] = {sh.wd[1][ra], sh.wd[1][rb]};
 #pragma unroll
-        for (int h = 0; h < 2; ++h) load_ints8(sh.wmin[h == 0 ? ra : rb], mins[h]);
-      }
+        for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {  // the two tokens of the lane in this tile
-          const int t = wt + 8 * j + 2 * quad + e;
-          const float da = sh.xd[0][t];
-          int pairs[8] = {};
-          if constexpr (F::kHasMin) load_ints8(sh.xpair[t], pairs);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int i = 2 * h + e, n = h == 0 ? ra : rb;
+          for (int i = 0; i < 4; ++i) {
+            const int h = i / 2, t = wt + 8 * j + 2 * quad + (i & 1);
+            const float da = st.xd[0][t];
             float& v = acc[0][j][i];
-            v = __fmaf_rn(__int2float_rn(isum[j][i]), __fmul_rn(sh.wd[0][n], da), v);
-            if constexpr (F::kHasMin) {
-              int msum = 0;
-#pragma unroll
-              for (int q = 0; q < 8; ++q) msum += mins[h][q] * pairs[q];
-              v = __fmaf_rn(__int2float_rn(msum), __fmul_rn(sh.wd[1][n], -da), v);
-            }
+            v = __fmaf_rn(__int2float_rn(8 * high[j][i] + low[j][i]), __fmul_rn(d[h], da), v);
+            v = __fmaf_rn(__int2float_rn(mins[j][i]), __fmul_rn(dmin[h], -da), v);
           }
         }
       }
     }
-    __syncthreads();  // the next step overwrites the tiles
   }
 #pragma unroll
   for (int j = 0; j < 4; ++j) {

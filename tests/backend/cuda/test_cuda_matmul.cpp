@@ -237,6 +237,31 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
   }
 }
 
+// The tensor-core kernel copies steps of 256 elements ahead of the one it multiplies, into a
+// ring of stage buffers: a long K wraps the ring several times (11 steps; 12 for the 32-element
+// formats, the last of one block), and tiles partial in both weight rows and tokens.
+TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t N = 200, T = 70;
+  for (DType type : weight_formats()) {
+    ActivationFormat format;
+    if (!activation_format_for(type, format)) continue;
+    const int64_t K = dtype_info(type).block_size == 256 ? 2816 : 2848;
+    HostWeight w = quantized_weight(type, random_rows(N, K, 107, 0.05f));
+    const TensorRef placed = gpu.place_weight(w.ref(), "w");
+    const Rows x = random_rows(T, K, 108);
+    const Reference ref = reference_product(w, x, {});
+    const std::vector<float> cpu = cpu_product(w, x, {});
+    const std::vector<float> got = gpu_product(gpu, placed, x, nullptr, false);
+    const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K);
+    expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
+    if (cpu_runs_avx512()) {
+      EXPECT_EQ(identical(got, cpu), got.size()) << what;
+    }
+    gpu.release(placed.data);
+  }
+}
+
 TEST(CudaMatmul, ThirtyTwoElementFormatsWithAPartialStep) {
   CELLM_REQUIRE_GPU(gpu);
   const int64_t N = 40, K = 544;  // 17 blocks: one step of 16 and one block
