@@ -62,7 +62,7 @@ void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, co
                            const TensorRef& out, int sm_count, cudaStream_t stream);
 // The tensor-core kernel for many activation rows (gemm_exact.cu): the same results.
 void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
-                           const TensorRef& out, cudaStream_t stream);
+                           const TensorRef& out, int sm_count, cudaStream_t stream);
 void launch_gemv_float(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out, int sm_count,
                        cudaStream_t stream);
 

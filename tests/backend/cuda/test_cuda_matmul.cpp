@@ -239,7 +239,9 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
 
 // The tensor-core kernel copies steps of 256 elements ahead of the one it multiplies, into a
 // ring of stage buffers: a long K wraps the ring several times (11 steps; 12 for the 32-element
-// formats, the last of one block), and tiles partial in both weight rows and tokens.
+// formats, the last of one block), and tiles partial in both weight rows and tokens. Both
+// activation tiles run: 64 rows a block (the grid fills one multiprocessor) and 32 (it would
+// not fill a hundred thousand).
 TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
   CELLM_REQUIRE_GPU(gpu);
   const int64_t N = 200, T = 70;
@@ -252,11 +254,19 @@ TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
     const Rows x = random_rows(T, K, 108);
     const Reference ref = reference_product(w, x, {});
     const std::vector<float> cpu = cpu_product(w, x, {});
-    const std::vector<float> got = gpu_product(gpu, placed, x, nullptr, false);
-    const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K);
-    expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
-    if (cpu_runs_avx512()) {
-      EXPECT_EQ(identical(got, cpu), got.size()) << what;
+    DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
+    DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
+    const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
+    launch_quantize_activations(Rows::device_ref(d_x, T, K), format, q, gpu.stream());
+    for (const int sm_count : {1, 100000}) {
+      launch_gemm_quantized(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), sm_count, gpu.stream());
+      const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));
+      const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) +
+                               (sm_count == 1 ? " (64-row tiles)" : " (32-row tiles)");
+      expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
+      if (cpu_runs_avx512()) {
+        EXPECT_EQ(identical(got, cpu), got.size()) << what;
+      }
     }
     gpu.release(placed.data);
   }

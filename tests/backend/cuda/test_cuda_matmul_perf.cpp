@@ -86,6 +86,8 @@ TEST(CudaMatmulPerf, Llama3_8BShapes) {
     for (const Shape& s : shapes) measure(gpu, type, s, {1, 8});
   // Batched decode and prefill at one shape.
   measure(gpu, DType::Q4_K, shapes[1], {2, 4, 16, 64, 512});
+  measure(gpu, DType::Q4_K, shapes[0], {64, 512});  // few weight rows: 32-row activation tiles at 64
+  measure(gpu, DType::Q4_K, shapes[2], {64, 512});
   measure(gpu, DType::BF16, shapes[0], {1, 8});
   // The shape of the older throughput test (CudaPerf.MatmulThroughput), for comparison.
   for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q5_K, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0})
