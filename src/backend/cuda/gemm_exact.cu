@@ -143,6 +143,8 @@ struct GemmArgs {
 // kThreads / kTokens an activation row, each taking every fourth (eighth) 16-byte chunk of
 // them. The row addresses are worked out once; a step only adds its offset (per-step address
 // arithmetic and per-row loops cost more instructions than the multiply, measured by ncu).
+// Addressing the stages by 32-bit shared offsets worked out once as well changed nothing
+// (H200, Q4_K 14336 x 4096 at 512 rows: 0.395 -> 0.398 ms; llama3-8b b64 within noise).
 struct CopyRows {
   const uint8_t* w;    // this thread's weight row
   const int8_t* x;     // its activation row's codes
