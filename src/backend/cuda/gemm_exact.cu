@@ -1,15 +1,16 @@
 // The exact product of quantized weights with quantized activations for many activation rows
 // (prefill, decode of many sequences), on the int8 tensor cores. A block of 8 warps owns 64
-// weight rows x 64 activation rows and walks K in steps of 256 elements (eight 32-element
-// blocks, or one super-block):
+// weight rows x 64 activation rows (32 where 64 would leave multiprocessors idle:
+// tokens_per_block) and walks K in steps of 256 elements (eight 32-element blocks, or one
+// super-block):
 //  1. the step's raw weight bytes (the 16-byte chunks around them), activation codes and
 //     scales come to shared memory with cp.async, one step ahead of the step being multiplied;
 //     the weights are decoded there to int8 rows with the GEMV's decoders
 //     (weight_units_int8.cuh), block scales beside them;
-//  2. each warp multiplies 16 weight rows by 32 activation rows with mma.sync m16n8k32 (k16
-//     for Q6_K's 16-element scale groups), fragments by ldmatrix: per 32-element block (per
-//     sub-block or group for the k-quants) the exact integer sums of the contract. For
-//     Q4_K/Q5_K the tensor cores also apply the sub-block scales and mins (store_split);
+//  2. each warp multiplies 16 weight rows by half the block's activation rows with mma.sync
+//     m16n8k32 (k16 for Q6_K's 16-element scale groups), fragments by ldmatrix: per 32-element
+//     block (per sub-block or group for the k-quants) the exact integer sums of the contract.
+//     For Q4_K/Q5_K the tensor cores also apply the sub-block scales and mins (store_split);
 //  3. the float steps are the contract's, per output in block order, as in the GEMV
 //     (matmul_kernels.h), so an output is bit-identical whichever kernel computed it.
 // Measured (ncu, H200, Q4_K): the kernel is bound by issued instructions, not by memory; the
@@ -99,7 +100,7 @@ struct Tile {
   static constexpr int kRawBytes = (kStepBytes + 15 + 15) / 16 * 16 + 16;
   static constexpr bool kBlockSums = F::kHasMin && !kKQuant;  // Q4_1/Q5_1: Q8_1 sums per block
   static constexpr bool kGroupSums = F::kHasMin && kKQuant;   // Q4_K/Q5_K: sums per 16 codes
-  static constexpr bool kSplitScales = F::kHasMin && kKQuant;  // Q4_K/Q5_K: see multiply_split
+  static constexpr bool kSplitScales = kGroupSums;  // Q4_K/Q5_K: see store_split
 };
 
 // What one step needs from device memory, copied in while earlier steps are decoded and
