@@ -463,6 +463,83 @@ TEST(CudaMatmul, GluMatmulIsGluThenMatmul) {
   }
 }
 
+// gated_mlp (the FFN's norm, its stacked gate/up product, the GLU of the product's two halves and
+// the down projection; one row whose products quantize apart folds the GLU into the gate/up
+// kernel, launch_gemv_one_token_glu) gives the bits of rms_norm_matmul then glu_matmul for every
+// intermediate row and the output, eager (K > kGemvQuantizeMaxColumns: the products quantize
+// apart) and captured, several calls in a row (the kernel's counters start each call from zero:
+// the GLU's row is poisoned between calls, so a unit left uncomputed shows). F = 1536: six Q8_K
+// blocks, twelve 128-value units; three rows take the unfused calls.
+TEST(CudaMatmul, GatedMlpIsRmsNormMatmulThenGluMatmul) {
+  CELLM_REQUIRE_GPU(gpu);
+  const int64_t K = 2304, F = 1536;
+  static_assert(2304 > kGemvQuantizeMaxColumns);
+  const Rows gate_up_source = random_rows(2 * F, K, 211, 0.05f), down_source = random_rows(K, F, 212, 0.05f);
+  const Rows norm_weight = random_rows(1, K, 213, 1.5f);
+  DeviceBuffer d_nw(gpu, norm_weight.values);
+  for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q8_0}) {
+    HostWeight w_gate_up = quantized_weight(type, gate_up_source), w_down = quantized_weight(type, down_source);
+    const TensorRef placed_gate_up = gpu.place_weight(w_gate_up.ref(), "gate_up");
+    const TensorRef placed_down = gpu.place_weight(w_down.ref(), "down");
+    EXPECT_TRUE(gemv_one_token_glu_supported(placed_gate_up, F)) << dtype_name(type);
+    for (int64_t T : {1, 3}) {
+      const std::vector<float> poison(static_cast<size_t>(T * F), std::nanf(""));
+      const Rows x = random_rows(T, K, static_cast<uint32_t>(214 + T), 3.0f);
+      const Rows residual = random_rows(T, K, static_cast<uint32_t>(216 + T), 4.0f);
+      DeviceBuffer d_x(gpu, x.values), d_res(gpu, residual.values);
+      const TensorRef res = Rows::device_ref(d_res, T, K);
+      for (auto act : {backend::GluActivation::Silu, backend::GluActivation::GeluTanh}) {
+        for (bool adds : {false, true}) {
+          for (bool captured : {false, true}) {
+            if (captured && T != 1) continue;
+            // Per side: normed, gate_up, glu_out, out.
+            std::deque<DeviceBuffer> side[2];
+            const int64_t cols[4] = {K, 2 * F, F, K};
+            backend::GatedMlp mlp[2];
+            for (int s = 0; s < 2; ++s) {
+              for (int64_t c : cols) side[s].emplace_back(gpu, static_cast<size_t>(T * c) * sizeof(float));
+              backend::GatedMlp& m = mlp[s];
+              m.x = Rows::device_ref(d_x, T, K), m.norm_weight = d_nw.as<float>(), m.eps = 1e-5f;
+              m.normed = Rows::device_ref(side[s][0], T, K), m.w_gate_up = placed_gate_up;
+              m.gate_up = Rows::device_ref(side[s][1], T, 2 * F);
+              m.gate = m.gate_up, m.gate.cols = F;
+              m.up = m.gate, m.up.data = static_cast<float*>(m.gate_up.data) + F;
+              m.act = act, m.glu_out = Rows::device_ref(side[s][2], T, F), m.w_down = placed_down;
+              m.residual = adds ? &res : nullptr, m.out = Rows::device_ref(side[s][3], T, K);
+            }
+            gpu.Backend::gated_mlp(mlp[1]);  // the calls apart
+            const std::string what = std::string(dtype_name(type)) + " T=" + std::to_string(T) +
+                                     (act == backend::GluActivation::Silu ? " silu" : " gelu") +
+                                     (adds ? " +residual" : "") + (captured ? " captured" : " eager");
+            std::unique_ptr<backend::Graph> graph;
+            if (captured) {
+              gpu.synchronize();
+              gpu.begin_capture();
+              gpu.gated_mlp(mlp[0]);
+              graph = gpu.end_capture();
+            }
+            for (int call = 0; call < 3; ++call) {
+              gpu.upload(side[0][2].data(), poison.data(), poison.size() * sizeof(float));
+              if (captured)
+                graph->launch();
+              else
+                gpu.gated_mlp(mlp[0]);
+              gpu.synchronize();
+              for (int k = 0; k < 4; ++k) {
+                const auto got = side[0][k].download<float>(static_cast<size_t>(T * cols[k]));
+                EXPECT_EQ(identical(got, side[1][k].download<float>(got.size())), got.size())
+                    << what << " call " << call << " value " << k;
+              }
+            }
+          }
+        }
+      }
+    }
+    gpu.release(placed_gate_up.data);
+    gpu.release(placed_down.data);
+  }
+}
+
 // attention_matmul (attention and the product of its output, with or without the residual of
 // matmul_add; where the product would quantize its activations in a launch of their own, the
 // attention blocks that write the output do it) gives the bits of attention then matmul (or
