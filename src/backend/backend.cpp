@@ -85,11 +85,6 @@ void Backend::glu_matmul(const TensorRef& gate, const TensorRef& up, GluActivati
   product_of(*this, glu_out, w, bias, residual, out, "glu_matmul");
 }
 
-void Backend::gated_mlp(const GatedMlp& mlp) {
-  rms_norm_matmul(mlp.x, mlp.norm_weight, mlp.eps, mlp.normed, mlp.w_gate_up, nullptr, mlp.gate_up);
-  glu_matmul(mlp.gate, mlp.up, mlp.act, mlp.glu_out, mlp.w_down, mlp.bias, mlp.residual, mlp.out);
-}
-
 void* Backend::allocate_host(size_t bytes, const char* what) {
   void* p = std::malloc(std::max<size_t>(bytes, 1));
   if (p == nullptr) fail(ErrorCode::OutOfMemory, "cannot allocate ", bytes, " bytes of host memory for ", what);

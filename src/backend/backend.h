@@ -29,25 +29,6 @@ class Graph {
   virtual void launch() = 0;
 };
 
-// A gated MLP after its norm, gate and up stacked in one matrix (llama's FFN): normed =
-// rms_norm(x, norm_weight) over whole rows; gate_up = normed . w_gate_up^T, whose first
-// glu_out.cols columns are `gate` and the next as many `up` (views of gate_up's rows); glu_out =
-// act(gate) * up; out = glu_out . w_down^T (+ bias), or residual + glu_out . w_down^T (no bias).
-struct GatedMlp {
-  TensorRef x;
-  const float* norm_weight = nullptr;
-  float eps = 0.0f;
-  TensorRef normed;
-  TensorRef w_gate_up;
-  TensorRef gate_up, gate, up;
-  GluActivation act = GluActivation::Silu;
-  TensorRef glu_out;
-  TensorRef w_down;
-  const float* bias = nullptr;
-  const TensorRef* residual = nullptr;
-  TensorRef out;
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -132,11 +113,6 @@ class Backend {
   // Glu op is followed by a MatMul or MatMulAdd of its output).
   virtual void glu_matmul(const TensorRef& gate, const TensorRef& up, GluActivation act, const TensorRef& glu_out,
                           const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out);
-  // mlp's calls, bit for bit rms_norm_matmul then glu_matmul, which is the default. A backend may
-  // fuse them (the executor calls this where a whole-row RmsNorm, a MatMul of its output, a Glu
-  // of the two halves of that product and a MatMul or MatMulAdd of the Glu's output come in a
-  // row).
-  virtual void gated_mlp(const GatedMlp& mlp);
   // out[i] = x[rows[i]]
   virtual void gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) = 0;
   // out[r] = index of the largest value of logits row r (the lowest index among equals; NaNs

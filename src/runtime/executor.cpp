@@ -367,21 +367,6 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
       tail.bias = bias_of(product);
     return tail;
   };
-  // ops[i] a RmsNorm, ops[i + 1] a MatMul of its output without a bias and ops[i + 2] a Glu of
-  // that product's two halves (gate the first, up the second): the product of the Glu's output
-  // after them (a gated MLP, one backend call), or null.
-  auto gated_mlp_down = [&](size_t i) -> const model::Op* {
-    if (i + 3 >= program.ops.size()) return nullptr;
-    const model::Op& gate_up = program.ops[i + 1];
-    const model::Op& glu = program.ops[i + 2];
-    if (gate_up.code != OpCode::MatMul || gate_up.c != model::kNoValue || glu.code != OpCode::Glu) return nullptr;
-    const model::ValueInfo& gate = program.value(glu.a);
-    const model::ValueInfo& up = program.value(glu.b);
-    const bool halves = gate.view_of == gate_up.out && up.view_of == gate_up.out && gate.view_col == 0 &&
-                        up.view_col == gate.cols && up.cols == gate.cols &&
-                        program.value(gate_up.out).cols == 2 * gate.cols;
-    return halves ? product_after(i + 2, true) : nullptr;
-  };
   // Where a KvStore op writes: its layer's K and V bytes of the pool rows the step's cells name.
   auto kv_destination = [&](const model::Op& store) {
     const kv::LayerGeometry& g = geometry.layer(store.layer);
@@ -412,18 +397,6 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
       case OpCode::RmsNorm: {
         const backend::TensorRef x = ref(op.a);
         if (const model::Op* next = product_after(i, false); next != nullptr && op.group == x.cols) {
-          if (const model::Op* down = gated_mlp_down(i)) {
-            const model::Op& glu = program.ops[i + 2];
-            const ProductTail tail = tail_of(*down);
-            backend::GatedMlp mlp;
-            mlp.x = x, mlp.norm_weight = floats(op.b), mlp.eps = op.eps, mlp.normed = ref(op.out);
-            mlp.w_gate_up = ref(next->b), mlp.gate_up = ref(next->out), mlp.gate = ref(glu.a), mlp.up = ref(glu.b);
-            mlp.act = glu.act, mlp.glu_out = ref(glu.out), mlp.w_down = ref(down->b);
-            mlp.bias = tail.bias, mlp.residual = tail.residual_or_null(), mlp.out = ref(down->out);
-            backend_.gated_mlp(mlp);
-            i += 3;
-            break;
-          }
           backend_.rms_norm_matmul(x, floats(op.b), op.eps, ref(op.out), ref(next->b), bias_of(*next), ref(next->out));
           ++i;
           break;

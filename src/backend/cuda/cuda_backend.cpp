@@ -326,15 +326,6 @@ void CudaBackend::glu_matmul(const TensorRef& gate, const TensorRef& up, backend
   matmul_->run_after_glu(gate, up, act, glu_out, w, product_bias, out);
 }
 
-void CudaBackend::gated_mlp(const backend::GatedMlp& mlp) {
-  use_device(device_);
-  const float* product_bias = nullptr;
-  if (!fused_product_bias(mlp.glu_out.rows, mlp.bias, mlp.residual, mlp.out, product_bias))
-    return Backend::gated_mlp(mlp);
-  matmul_->run_gated_mlp(mlp.x, mlp.norm_weight, mlp.eps, mlp.normed, mlp.w_gate_up, mlp.gate_up, mlp.gate, mlp.up,
-                         mlp.act, mlp.glu_out, mlp.w_down, product_bias, mlp.out);
-}
-
 void CudaBackend::gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) {
   use_device(device_);
   launch_gather_rows(x, rows, out, stream_);

@@ -70,7 +70,6 @@ class CudaBackend final : public backend::Backend {
                         const TensorRef& out) override;
   void glu_matmul(const TensorRef& gate, const TensorRef& up, backend::GluActivation act, const TensorRef& glu_out,
                   const TensorRef& w, const float* bias, const TensorRef* residual, const TensorRef& out) override;
-  void gated_mlp(const backend::GatedMlp& mlp) override;
   void gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) override;
   void argmax_rows(const TensorRef& logits, int32_t* out) override;
   void synchronize() override;

@@ -60,25 +60,6 @@ bool gemv_one_token_supported(const TensorRef& w);
 int64_t gemv_one_token_max_rows(const TensorRef& w);
 void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
-// A gate/up product of one quantized row, its output [gate | up] (cols values each), folded with
-// the gated activation after it: out as launch_gemv_one_token writes it, and glu_out =
-// act(gate) * up with q_out, glu_out quantized in the weights' activation format, the bits of
-// launch_glu_quantize. The blocks that finish a span of gate and up rows last compute that span
-// (gemv_one_token.cu), so the down projection needs no kernel of the GLU's own before it.
-// `arrivals` are kGemvGluMaxUnits counters, zero before the first launch; each launch leaves
-// them zero (launches on one stream, one after another).
-inline constexpr int64_t kGemvGluMaxColumns = 32768;
-inline constexpr int64_t kGemvGluMaxUnits = kGemvGluMaxColumns / 128;
-struct GemvGluFold {
-  int64_t cols = 0;
-  backend::GluActivation act = backend::GluActivation::Silu;
-  float* out = nullptr;
-  QuantizedActivations q;
-  unsigned* arrivals = nullptr;
-};
-bool gemv_one_token_glu_supported(const TensorRef& w, int64_t glu_cols);
-void launch_gemv_one_token_glu(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w,
-                               const TensorRef& out, const GemvGluFold& glu, int sm_count, cudaStream_t stream);
 // The tensor-core kernel for many activation rows (gemm_exact.cu): the same results.
 void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream);

@@ -24,15 +24,12 @@
 // A few activation rows (a decode step of a few sequences: gemv_one_token_max_rows) share the
 // staged weights: a lane forms its blocks' terms for each row in turn from the same segment,
 // and warp w folds rows w, w + kWarps, ... The weights are streamed once for all of them.
-// A gate/up product (one row, its output [gate | up]) may also compute the gated activation
-// after it and quantize that for the down projection (kGlu, fold_glu below): a launch fewer.
 #include <algorithm>
 #include <type_traits>
 
 #include "backend/cuda/block_terms.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemv.h"
-#include "backend/cuda/glu_rules.cuh"
 #include "backend/cuda/kernel_launch.cuh"
 #include "backend/cuda/quantize_rules.cuh"
 #include "core/error.h"
@@ -101,7 +98,6 @@ struct OneTokenArgs {
   float* out;
   size_t out_stride;  // floats from one token's outputs to the next's
   const float* bias;  // per weight row, the same for every token
-  GemvGluFold glu;    // kGlu: the gated activation of out = [gate | up]
 };
 
 // Token t's quantized activations (matmul_kernels.h's layout: per row, the codes row_stride
@@ -186,72 +182,6 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
   return act;
 }
 
-// The values one warp quantizes at once in fold_glu: a Q8_K block, or four 32-value blocks
-// (eight lanes each).
-template <class F>
-constexpr int kGluUnit = F::kElems == 256 ? 256 : 128;
-
-// Unit u of the gated activation (values kUnit * u ..): act(gate) * up from the product's output
-// row, read from L2 (other blocks wrote it), quantized as glu_quantize.cu would; the whole warp.
-template <class F, backend::GluActivation kAct>
-__device__ void glu_unit(const OneTokenArgs& a, int u, int lane) {
-  const int64_t cols = a.glu.cols;
-  const auto gated = [&](int64_t at) {
-    const float4 g = __ldcg(reinterpret_cast<const float4*>(a.out + at));
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.out + cols + at));
-    return make_float4(glu::gated<kAct>(g.x, v.x), glu::gated<kAct>(g.y, v.y), glu::gated<kAct>(g.z, v.z),
-                       glu::gated<kAct>(g.w, v.w));
-  };
-  if constexpr (F::kActivations == ActivationFormat::Q8_K) {
-    quantize::produce_q8_k(gated, a.glu.out, a.glu.q, 0, u, static_cast<int>(cols / 256), lane);
-  } else {
-    quantize::produce_q8_32<F::kActivations == ActivationFormat::Q8_1>(
-        gated, a.glu.out, true, a.glu.q, 0, 4 * u + lane / 8, static_cast<int>(cols / 32), lane % 8);
-  }
-}
-
-// The gated activation folded into its gate/up product, after the block's last item. A unit's
-// values need 2 * kUnit / kRows groups of rows (its gate rows and its up rows), spread over the
-// grid: each group is counted on its unit's counter once its outputs are stored, and the block
-// that counts a unit's last group computes and quantizes that unit, then zeroes its counter for
-// the next launch. One trip to L2 per block for the counts (a lane per group); counting each
-// group as its fold ended instead would stall warp 0 that long for every group.
-template <class F>
-__device__ void fold_glu(const OneTokenArgs& a, int groups, int* shared_units) {
-  constexpr int kUnit = kGluUnit<F>;
-  constexpr unsigned kGroupsPerUnit = 2 * kUnit / kRows;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp == 0) {
-    __threadfence();  // the outputs this warp's lanes stored, before any lane counts them
-    __syncwarp();
-  }
-  // The block's groups, 32 at a time (one in almost every launch).
-  for (int first = static_cast<int>(blockIdx.x); first < groups; first += 32 * static_cast<int>(gridDim.x)) {
-    if (warp == 0) {
-      const int g = first + lane * static_cast<int>(gridDim.x);
-      int unit = -1;
-      if (g < groups) {
-        const int u = static_cast<int>(int64_t{g} * kRows % a.glu.cols / kUnit);
-        if (atomicAdd(a.glu.arrivals + u, 1u) == kGroupsPerUnit - 1) unit = u;
-      }
-      const unsigned last = __ballot_sync(0xffffffffu, unit >= 0);
-      if (unit >= 0) shared_units[1 + __popc(last & ((1u << lane) - 1))] = unit;
-      if (lane == 0) shared_units[0] = __popc(last);
-      __threadfence();  // the other blocks' outputs, counted before ours, are read after this
-    }
-    __syncthreads();
-    for (int i = warp; i < shared_units[0]; i += kWarps) {
-      const int u = shared_units[1 + i];
-      if (a.glu.act == backend::GluActivation::Silu)
-        glu_unit<F, backend::GluActivation::Silu>(a, u, lane);
-      else
-        glu_unit<F, backend::GluActivation::GeluTanh>(a, u, lane);
-      if (lane == 0) a.glu.arrivals[u] = 0;
-    }
-    __syncthreads();  // the list is read before the next chunk's
-  }
-}
-
 // Held to 112 registers (Q6_K to 128), so that its four blocks per SM (shared memory allows no
 // more) leave room for a 256-thread block of the kernel after it (the norm, the GLU), which
 // then starts early and is ready when the product ends. Registers are allocated in steps of 8:
@@ -273,12 +203,10 @@ constexpr int kHeldRegisters = kTokens > 1 || std::is_same_v<F, exact::one_lane:
 // formed one token after another from it, and warp w folds tokens w, w + kWarps, ... (warp 0
 // alone with one token), each (token, row) in the contract's sequence: a row's output is the
 // same bits whichever launch and token count computed it.
-template <class F, bool kQuantizes, int kTokens, bool kGlu = false>
+template <class F, bool kQuantizes, int kTokens>
 __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kTokens>)) gemv_one_token_kernel(OneTokenArgs a) {
   static_assert(!kQuantizes || kTokens == 1, "the kernel quantizes a single row only");
-  static_assert(!kGlu || (kTokens == 1 && !kQuantizes), "the gated activation follows a one-row product of quantized activations");
   allow_next_kernel();
-  if constexpr (kGlu) glu::prefetch_tables<backend::GluActivation::Silu>();
   using S = Staging<F, kTokens>;
   // The tokens warp `warp` folds: kFolded of them, kWarps apart.
   constexpr int kFolded = (kTokens + kWarps - 1) / kWarps;
@@ -466,17 +394,14 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kToke
 #if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
   exact::cp_async_wait<0>();
 #endif
-  // Warp 0 ended the last fold (the other warps wrote no operands since): the operand buffers
-  // take the list of the units this block completes.
-  if constexpr (kGlu) fold_glu<F>(a, groups, reinterpret_cast<int*>(operands));
 }
 
 // Widest activation row: its quantized form must fit in shared memory next to the stages.
 constexpr int64_t kMaxColumns = 32768;
 
-template <class F, bool kQuantizes, int kTokens, bool kGlu = false>
+template <class F, bool kQuantizes, int kTokens>
 void launch(const OneTokenArgs& a, int sm_count, cudaStream_t stream) {
-  const auto kernel = gemv_one_token_kernel<F, kQuantizes, kTokens, kGlu>;
+  const auto kernel = gemv_one_token_kernel<F, kQuantizes, kTokens>;
   using S = Staging<F, kTokens>;
   const size_t shared = S::kSharedBytes + (kQuantizes ? activation_bytes(a.k) : 0);
   // Blocks per multiprocessor: the register limit (found once) and this launch's shared memory.
@@ -535,12 +460,8 @@ int64_t gemv_one_token_max_rows(const TensorRef& w) {
   return rows;
 }
 
-namespace {
-
-// The arguments of a product of x's rows (q: x quantized, or null: the kernel quantizes its one
-// row itself), checked.
-OneTokenArgs one_token_args(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
-                            const TensorRef& out) {
+void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
+                           const TensorRef& out, int sm_count, cudaStream_t stream) {
   const size_t padded_row = (row_bytes(w.dtype, w.cols) + 15) / 16 * 16;  // what the copies may read
   const int64_t max_rows = q != nullptr ? gemv_one_token_max_rows(w) : 1;
   if (x.rows < 1 || x.rows > max_rows || out.rows != x.rows || x.dtype != DType::F32 || x.cols != w.cols ||
@@ -549,6 +470,7 @@ OneTokenArgs one_token_args(const TensorRef& x, const QuantizedActivations* q, c
       !gemv_one_token_supported(w))
     fail(ErrorCode::Internal, "one-token gemv: unsupported operands (", dtype_name(w.dtype), ", ", x.rows, " x ",
          x.cols, ")");
+  if (w.rows == 0) return;
   OneTokenArgs args{};
   args.k = w.cols;
   args.x = static_cast<const float*>(x.data);
@@ -562,15 +484,6 @@ OneTokenArgs one_token_args(const TensorRef& x, const QuantizedActivations* q, c
   args.out = static_cast<float*>(out.data);
   args.out_stride = out.row_stride / sizeof(float);
   args.bias = bias;
-  return args;
-}
-
-}  // namespace
-
-void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
-                           const TensorRef& out, int sm_count, cudaStream_t stream) {
-  OneTokenArgs args = one_token_args(x, q, w, bias, out);
-  if (w.rows == 0) return;
   const bool known = exact::visit_exact_format(w.dtype, [&]<class Format>(Format) {
     using F = typename exact::one_lane::TermsOf<Format>::type;
     args.blocks = static_cast<int>(w.cols / F::kElems);
@@ -588,31 +501,6 @@ void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, co
     }
   });
   if (!known) fail(ErrorCode::Internal, "one-token gemv: no kernel for ", dtype_name(w.dtype));
-}
-
-bool gemv_one_token_glu_supported(const TensorRef& w, int64_t glu_cols) {
-  int unit = 0;
-  if (!gemv_one_token_supported(w) ||
-      !exact::visit_exact_format(w.dtype, [&]<class Format>(Format) {
-        unit = kGluUnit<typename exact::one_lane::TermsOf<Format>::type>;
-      }))
-    return false;
-  return glu_cols > 0 && glu_cols <= kGemvGluMaxColumns && w.rows == 2 * glu_cols && glu_cols % unit == 0;
-}
-
-void launch_gemv_one_token_glu(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w,
-                               const TensorRef& out, const GemvGluFold& glu, int sm_count, cudaStream_t stream) {
-  OneTokenArgs args = one_token_args(x, &q, w, nullptr, out);
-  if (x.rows != 1 || out.row_stride % 16 != 0 || reinterpret_cast<uintptr_t>(out.data) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(glu.out) % 16 != 0 || !gemv_one_token_glu_supported(w, glu.cols))
-    fail(ErrorCode::Internal, "one-token gemv with the gated activation: unsupported operands (", dtype_name(w.dtype),
-         ", ", w.rows, " rows for ", glu.cols, " gated values)");
-  args.glu = glu;
-  exact::visit_exact_format(w.dtype, [&]<class Format>(Format) {
-    using F = typename exact::one_lane::TermsOf<Format>::type;
-    args.blocks = static_cast<int>(w.cols / F::kElems);
-    launch<F, false, 1, true>(args, sm_count, stream);
-  });
 }
 
 }  // namespace cellm::cuda

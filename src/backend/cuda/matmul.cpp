@@ -49,10 +49,6 @@ Matmul::Matmul(cudaStream_t stream, DeviceMemory& memory)
     w_scratch_ = memory_.allocate(kWeightScratchElems * 2, "matmul weight scratch");
     x_scratch_ = memory_.allocate(kActScratchElems * 2, "matmul activation scratch");
     q_scratch_ = memory_.allocate(quantized_activation_bytes(1, kQuantizedElems), "matmul quantized activations");
-    q_glu_scratch_ =
-        memory_.allocate(quantized_activation_bytes(1, kGemvGluMaxColumns), "matmul gated activation quantized");
-    glu_arrivals_ = static_cast<unsigned*>(memory_.allocate(kGemvGluMaxUnits * sizeof(unsigned), "matmul GLU counters"));
-    check(cudaMemset(glu_arrivals_, 0, kGemvGluMaxUnits * sizeof(unsigned)), "zeroing the GLU counters");
   } catch (...) {
     free_all();
     throw;
@@ -64,8 +60,7 @@ Matmul::~Matmul() { free_all(); }
 void Matmul::free_all() {
   if (handle_ != nullptr) (void)cublasDestroy(handle_);
   handle_ = nullptr;
-  for (void** p : {&workspace_, &w_scratch_, &x_scratch_, &q_scratch_, &q_glu_scratch_,
-                   reinterpret_cast<void**>(&glu_arrivals_)}) {
+  for (void** p : {&workspace_, &w_scratch_, &x_scratch_, &q_scratch_}) {
     try {
       memory_.release(*p);
     } catch (...) {
@@ -126,40 +121,6 @@ void Matmul::run_after_glu(const backend::TensorRef& gate, const backend::Tensor
       [&](ActivationFormat format, const QuantizedActivations& q) {
         launch_glu_quantize(gate, up, act, glu_out, format, q, stream_);
       });
-}
-
-void Matmul::run_gated_mlp(const backend::TensorRef& x, const float* norm_weight, float eps,
-                           const backend::TensorRef& normed, const backend::TensorRef& w_gate_up,
-                           const backend::TensorRef& gate_up, const backend::TensorRef& gate,
-                           const backend::TensorRef& up, backend::GluActivation act, const backend::TensorRef& glu_out,
-                           const backend::TensorRef& w_down, const float* bias, const backend::TensorRef& out) {
-  const int64_t cols = glu_out.cols;
-  ActivationFormat format, down_format;
-  // gate and up are the two halves of gate_up's one row; the product and the GLU's output fit
-  // the folded kernel; both products would quantize apart, in one format.
-  const bool halves = gate_up.rows == 1 && gate_up.cols == 2 * cols && gate.data == gate_up.data &&
-                      up.data == static_cast<const float*>(gate_up.data) + cols && gate.cols == cols &&
-                      up.cols == cols && gate.rows == 1 && up.rows == 1 && gate_up.dtype == DType::F32;
-  const bool folds = x.rows == 1 && halves && glu_out.rows == 1 && glu_out.dtype == DType::F32 &&
-                     reinterpret_cast<uintptr_t>(glu_out.data) % 16 == 0 && cols <= kGemvGluMaxColumns &&
-                     quantizes_apart(normed, w_gate_up, format) &&
-                     rms_norm_quantize_supported(x, norm_weight, normed, format) &&
-                     gemv_one_token_glu_supported(w_gate_up, cols) && quantizes_apart(glu_out, w_down, down_format) &&
-                     down_format == format && out.rows == 1 && out.cols == w_down.rows && out.dtype == DType::F32;
-  if (!folds) {
-    run_normed(x, norm_weight, eps, normed, w_gate_up, nullptr, gate_up);
-    return run_after_glu(gate, up, act, glu_out, w_down, bias, out);
-  }
-  const QuantizedActivations q = carve_quantized_activations(q_scratch_, 1, x.cols);
-  launch_rms_norm_quantize(x, norm_weight, eps, normed, format, q, stream_);
-  GemvGluFold glu;
-  glu.cols = cols;
-  glu.act = act;
-  glu.out = static_cast<float*>(glu_out.data);
-  glu.q = carve_quantized_activations(q_glu_scratch_, 1, cols);
-  glu.arrivals = glu_arrivals_;
-  launch_gemv_one_token_glu(normed, q, w_gate_up, gate_up, glu, sm_count_, stream_);
-  launch_exact_matmul(glu_out, glu.q, w_down, bias, out, sm_count_, stream_);
 }
 
 void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,

@@ -49,16 +49,6 @@ class Matmul {
   void run_after_glu(const backend::TensorRef& gate, const backend::TensorRef& up, backend::GluActivation act,
                      const backend::TensorRef& glu_out, const backend::TensorRef& w, const float* bias,
                      const backend::TensorRef& out);
-  // A gated MLP of one row or more: normed = rms_norm(x), gate_up = normed . w_gate_up^T (its
-  // rows [gate | up], the two views given), glu_out = act(gate) * up, out = glu_out . w_down^T
-  // (+ bias): the bits of run_normed then run_after_glu, which it is where it cannot fold. One
-  // row whose products both quantize apart: the gate/up product's kernel computes the GLU and
-  // quantizes it too (launch_gemv_one_token_glu), a launch fewer.
-  void run_gated_mlp(const backend::TensorRef& x, const float* norm_weight, float eps, const backend::TensorRef& normed,
-                     const backend::TensorRef& w_gate_up, const backend::TensorRef& gate_up,
-                     const backend::TensorRef& gate, const backend::TensorRef& up, backend::GluActivation act,
-                     const backend::TensorRef& glu_out, const backend::TensorRef& w_down, const float* bias,
-                     const backend::TensorRef& out);
   // x is made by a producer kernel (the norm, the GLU, attention), then multiplied as
   // run(x, w, bias, out) would: where run would quantize x in a launch of its own and
   // fits(format) says the producer can write that format, quantizing(format, q) makes x and its
@@ -102,8 +92,6 @@ class Matmul {
   void* w_scratch_ = nullptr;  // bf16 weight rows
   void* x_scratch_ = nullptr;  // bf16 activation rows
   void* q_scratch_ = nullptr;  // quantized activation rows of the exact path
-  void* q_glu_scratch_ = nullptr;  // the folded GLU's quantized row (run_gated_mlp), beside q_scratch_'s
-  unsigned* glu_arrivals_ = nullptr;  // its counters (kGemvGluMaxUnits, zero between launches)
 };
 
 }  // namespace cellm::cuda
