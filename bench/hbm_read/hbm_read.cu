@@ -64,14 +64,15 @@ void launch_shape(const Shape& s, int sms, const int4* data, size_t words, int* 
 int main(int argc, char** argv) {
   double gib = 2.0;
   int passes = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--gib") gib = std::atof(argv[i + 1]);
-    else if (flag == "--passes") passes = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "bench_cuda_hbm_read: unknown flag %s (--gib G, --passes N)\n", flag.c_str());
+    if ((flag != "--gib" && flag != "--passes") || i + 1 == argc) {
+      std::fprintf(stderr, "bench_cuda_hbm_read: %s flag %s (--gib G, --passes N)\n",
+                   i + 1 == argc ? "no value after" : "unknown", flag.c_str());
       return 2;
     }
+    if (flag == "--gib") gib = std::atof(argv[i + 1]);
+    else passes = std::atoi(argv[i + 1]);
   }
   if (gib <= 0 || passes <= 0) {
     std::fprintf(stderr, "bench_cuda_hbm_read: --gib and --passes must be positive\n");
@@ -94,6 +95,7 @@ int main(int argc, char** argv) {
     launch_shape(s, prop.multiProcessorCount, data, bytes / 16, sink);  // warm-up
     check(cudaEventRecord(start), "record");
     for (int p = 0; p < passes; ++p) launch_shape(s, prop.multiProcessorCount, data, bytes / 16, sink);
+    check(cudaGetLastError(), "launching the reads");  // a failed launch would time nothing
     check(cudaEventRecord(stop), "record");
     check(cudaEventSynchronize(stop), "running the reads");
     float ms = 0;
