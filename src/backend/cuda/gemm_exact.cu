@@ -5,12 +5,19 @@
 // super-block):
 //  1. the step's raw weight bytes (the 16-byte chunks around them), activation codes and
 //     scales come to shared memory with cp.async, one step ahead of the step being multiplied;
-//     the weights are decoded there to int8 rows with the GEMV's decoders
-//     (weight_units_int8.cuh), block scales beside them;
+//     except for Q4_K/Q5_K the weights are then decoded there to int8 rows with the GEMV's
+//     decoders (weight_units_int8.cuh), block scales beside them;
 //  2. each warp multiplies 16 weight rows by half the block's activation rows with mma.sync
 //     m16n8k32 (k16 for Q6_K's 16-element scale groups), fragments by ldmatrix: per 32-element
 //     block (per sub-block or group for the k-quants) the exact integer sums of the contract.
-//     For Q4_K/Q5_K the tensor cores also apply the sub-block scales and mins (store_split);
+//     Q4_K/Q5_K take their fragments from the raw super-blocks (multiply_direct): a 32-byte
+//     run of codes holds two sub-blocks, one per nibble, at the same element positions, so
+//     one ldmatrix and two masks make both A fragments, with no decoding pass and no barrier
+//     between decoding and multiplying. H100, one run, against the decoding path (which applied
+//     the scales on the tensor cores, three products a sub-block): 64 rows of llama3-8b's
+//     shapes, q/o 0.0353 -> 0.0257 ms, down 0.1043 -> 0.0752, gate/up 0.0647 -> 0.0630; 512
+//     rows 1.01-1.03x; llama3-8b batch-64 generation 4280.5 -> 4883.9 tok/s (1.14x), prompt
+//     8547 -> 8889 tok/s;
 //  3. the float steps are the contract's, per output in block order, as in the GEMV
 //     (matmul_kernels.h), so an output is bit-identical whichever kernel computed it.
 // Measured (ncu, H200, Q4_K): the kernel is bound by issued instructions, not by memory; the
@@ -38,7 +45,9 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 // Steps in flight: the one multiplied and the one being copied. Two blocks share a
 // multiprocessor (registers held to 128), so one block's copies and barriers hide behind the
-// other's multiplies; three stages fit one block only and ran 1.3x slower (H200, Q4_K).
+// other's multiplies; three stages fit one block only and ran 1.3x slower (H200, Q4_K). The
+// direct Q4_K/Q5_K path (no decoded tiles) fits two blocks of three stages, which changed
+// nothing (H100, llama3-8b batch 64: 4883.9 tok/s at two stages, 4884.2 at three).
 constexpr int kStages = 2;
 constexpr int kBlocksPerSm = 2;
 
@@ -54,41 +63,27 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
                : "r"(a0), "r"(a1), "r"(b0), "r"(0));
 }
 
-// c += a x b, a unsigned (Q4_K/Q5_K codes times part of a scale, or a min: 0..255).
+// c = a x b and c += a x b, a unsigned (Q4_K/Q5_K codes, or a min broadcast over a sub-block).
 __device__ __forceinline__ void mma_u8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+__device__ __forceinline__ void mma_u8_k32_add(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A Q4_K/Q5_K lane (sub-blocks 2 part and 2 part + 1) into the tiles as code x (scale & 7) and
-// code x (scale >> 3): each product is at most 31 x 7, so a byte holds it and four multiply
-// as one word without carries.
-template <class L>
-__device__ __forceinline__ void store_split(const L& l, int part, int8_t* low, int8_t* high) {
-  auto* wl = reinterpret_cast<uint32_t*>(low);
-  auto* wh = reinterpret_cast<uint32_t*>(high);
-  const uint32_t s0l = l.sc0 & 7, s0h = l.sc0 >> 3, s1l = l.sc1 & 7, s1h = l.sc1 >> 3;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    wl[16 * part + i] = l.lo[i] * s0l, wh[16 * part + i] = l.lo[i] * s0h;
-    wl[16 * part + 8 + i] = l.hi[i] * s1l, wh[16 * part + 8 + i] = l.hi[i] * s1h;
-  }
-}
-
 // Four 8 x 16-byte tiles from shared memory in one instruction: lane l names row l % 8 of tile
 // l / 8 and receives word lane % 4 of row lane / 4 of each tile, which is how mma.sync wants
 // its A and B fragments (one instruction where word loads took four).
-__device__ __forceinline__ void load_tiles(uint32_t (&r)[4], const int8_t* p) {
+__device__ __forceinline__ void load_tiles(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
-}
-
-__device__ __forceinline__ void load_ints8(const int32_t* p, int (&v)[8]) {  // 16-byte aligned
-  const int4 lo = *reinterpret_cast<const int4*>(p), hi = *reinterpret_cast<const int4*>(p + 4);
-  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
 }
 
 template <class F>
@@ -99,8 +94,9 @@ struct Tile {
   // The aligned chunks around a step (up to 15 bytes before it) and the readers' slack.
   static constexpr int kRawBytes = (kStepBytes + 15 + 15) / 16 * 16 + 16;
   static constexpr bool kBlockSums = F::kHasMin && !kKQuant;  // Q4_1/Q5_1: Q8_1 sums per block
-  static constexpr bool kGroupSums = F::kHasMin && kKQuant;   // Q4_K/Q5_K: sums per 16 codes
-  static constexpr bool kSplitScales = kGroupSums;  // Q4_K/Q5_K: see store_split
+  // Q4_K/Q5_K: fragments straight from the raw super-blocks (multiply_direct), nothing decoded.
+  static constexpr bool kDirect = F::kType == DType::Q4_K || F::kType == DType::Q5_K;
+  static constexpr int kDecodedRows = kDirect ? 1 : kRows;
 };
 
 // What one step needs from device memory, copied in while earlier steps are decoded and
@@ -112,20 +108,17 @@ struct Stage {
   alignas(16) int8_t x[kTokens][kTileStride];
   alignas(16) float xd[Tl::kBlocks][kTokens];                  // activation scale per block
   alignas(16) float xs[Tl::kBlockSums ? 8 : 1][kTokens];       // Q8_1 sums per block
-  alignas(16) int16_t gs[Tl::kGroupSums ? kTokens : 1][16];    // the step's 16 group sums per token
 };
 
 template <class F, int kTokens>
 struct Shared {
+  static constexpr int kDecoded = Tile<F>::kDecodedRows;
   Stage<F, kTokens> stage[kStages];
-  // The step's weights decoded: int8 rows, scales beside them. Q4_K/Q5_K: each code times
-  // the low three bits of its sub-block's scale (w) and times the high three (w_high).
-  alignas(16) int8_t w[kRows][kTileStride];
-  alignas(16) int8_t w_high[Tile<F>::kSplitScales ? kRows : 1][kTileStride];
-  float wd[8][kRows];         // 32-element formats: d per block; k-quants: [0] d, [1] dmin
-  float wm[8][kRows];         // Q4_1/Q5_1: m per block
-  alignas(16) int32_t wsc[kRows][16];   // k-quants: sub-block (Q6_K: group) scales
-  alignas(16) int32_t wmin[kRows][8];   // Q4_K/Q5_K mins
+  // The step's weights decoded (not for Q4_K/Q5_K, read raw): int8 rows, scales beside them.
+  alignas(16) int8_t w[kDecoded][kTileStride];
+  float wd[8][kDecoded];                  // 32-element formats: d per block; Q6_K: [0] d
+  float wm[8][kDecoded];                  // Q4_1/Q5_1: m per block
+  alignas(16) int32_t wsc[kDecoded][16];  // Q6_K group scales
 };
 
 struct GemmArgs {
@@ -206,10 +199,6 @@ __device__ __forceinline__ void copy_step_activations(const GemmArgs& a, const C
     cp_async4(&st.xd[b][c.xr], a.act.scales + first + b);
     if constexpr (Tl::kBlockSums) cp_async4(&st.xs[b][c.xr], a.act.sums + first + b);
   }
-  if constexpr (Tl::kGroupSums) {
-    if (c.xq == 2 || c.xq == 3)
-      cp_async16(&st.gs[c.xr][8 * (c.xq - 2)], a.act.group_sums + 16 * first + 8 * (c.xq - 2));
-  }
 }
 
 // Step s's raw weights (landed in st) decoded into the shared int8 rows and scales:
@@ -226,26 +215,119 @@ __device__ void decode_step(const GemmArgs& a, const St& st, Sh& sh, int s) {
     const uint8_t* block = &st.raw[r][offset + b * F::kBlockBytes];
     typename F::Lane l;
     F::lane(block, part, l);
-    if constexpr (Tl::kSplitScales) {
-      store_split(l, part, sh.w[r], sh.w_high[r]);
-      F::store_scales(l, part, sh.wsc[r], sh.wmin[r]);
-      if (part == 0) {
-        sh.wd[0][r] = F::d(block);
-        sh.wd[1][r] = F::dmin(block);
-      }
-    } else if constexpr (Tl::kKQuant) {
+    if constexpr (Tl::kKQuant) {  // Q6_K
       F::store(l, part, sh.w[r]);
-      F::store_scales(l, part, sh.wsc[r], sh.wmin[r]);
-      if (part == 0) {
-        sh.wd[0][r] = F::d(block);
-        sh.wd[1][r] = F::dmin(block);
-      }
+      F::store_scales(l, part, sh.wsc[r]);
+      if (part == 0) sh.wd[0][r] = F::d(block);
     } else {
       F::store(l, part, &sh.w[r][32 * b]);
       if (part == 0) {
         sh.wd[b][r] = F::d(block);
         sh.wm[b][r] = F::m(block);
       }
+    }
+  }
+}
+
+// Where a warp's fragments are in a block's tiles: 8 warps, 4 x 16 weight rows by 2 x kTokens / 2
+// activation rows; kJ = kTokens / 16 tiles of 8 activation rows a warp.
+struct WarpTile {
+  int ra, rb;  // the weight rows of this thread's outputs: i < 2 ? ra : rb
+  int wt;      // the warp's first activation row; output (j, i) has wt + 8j + 2 quad + (i & 1)
+  int quad;
+  // load_tiles addresses. A (16 weight rows x 32 bytes): tiles rows 0-7 / 8-15 by bytes 0-15 /
+  // 16-31. B (two sets of 8 tokens x 32 bytes): tiles bytes 0-15 / 16-31 of the first 8
+  // tokens, then of the next 8.
+  int a_row, a_col, b_row, b_col;
+};
+
+template <int kJ>
+__device__ __forceinline__ WarpTile warp_tile() {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gid = lane / 4, wr = 16 * (warp % 4), wt = 8 * kJ * (warp / 4);
+  WarpTile at;
+  at.ra = wr + gid, at.rb = wr + gid + 8, at.wt = wt, at.quad = lane % 4;
+  at.a_row = wr + lane % 8 + 8 * (lane / 8 % 2), at.a_col = 16 * (lane / 16);
+  at.b_row = wt + lane % 8 + 8 * (lane / 16), at.b_col = 16 * (lane / 8 % 2);
+  return at;
+}
+
+// One step of Q4_K/Q5_K (a super-block of every weight row) multiplied from the raw bytes in st.
+// A 64-element run jp of the codes is 32 bytes whose low nibbles are sub-block 2 jp and high
+// nibbles sub-block 2 jp + 1 at the same element positions (Q5_K's fifth bits: bits 2 jp and
+// 2 jp + 1 of the same positions' qh bytes), so one ldmatrix and masks give both A fragments.
+// Each sub-block's integer product is scaled by its 6-bit scale in registers; its min times the
+// sub-block's activation sum comes from the tensor cores (the min broadcast over the sub-block
+// is a row of equal bytes). The integers are the contract's, sum_j scale_j (codes_j . x_j) and
+// sum_j min_j (sum of x_j), and the float steps after them those of every other kernel.
+template <class F, int kTokens>
+__device__ __forceinline__ void multiply_direct(const Stage<F, kTokens>& st, const WarpTile& at,
+                                                float (&acc)[kTokens / 16][4]) {
+  static_assert(F::kBlockBytes % 16 == 0, "every super-block of a step starts a 16-byte chunk");
+  constexpr int kJ = kTokens / 16;
+  constexpr bool kFifthBit = F::kType == DType::Q5_K;
+  const uint4 head_a = *reinterpret_cast<const uint4*>(st.raw[at.ra]);
+  const uint4 head_b = *reinterpret_cast<const uint4*>(st.raw[at.rb]);
+  const KScaleWords ka = k_scale_words(head_a.y, head_a.z, head_a.w);
+  const KScaleWords kb = k_scale_words(head_b.y, head_b.z, head_b.w);
+  uint32_t qh[4] = {};
+  if constexpr (kFifthBit) load_tiles(qh, &st.raw[at.a_row][16 + at.a_col]);
+  int isum[kJ][4] = {}, mins[kJ][4] = {};
+  // Not unrolled: unrolled, the 64-row tile spilled (204 bytes a thread at 128 registers).
+#pragma unroll 1
+  for (int jp = 0; jp < 4; ++jp) {
+    uint32_t q[4], lo[4], hi[4];
+    load_tiles(q, &st.raw[at.a_row][F::kQs + 32 * jp + at.a_col]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = q[i] & kLow4, hi[i] = (q[i] >> 4) & kLow4;
+      if constexpr (kFifthBit) {
+        lo[i] |= ((qh[i] >> (2 * jp)) & 0x01010101u) << 4;
+        hi[i] |= ((qh[i] >> (2 * jp + 1)) & 0x01010101u) << 4;
+      }
+    }
+    uint32_t bl[kJ / 2][4], bh[kJ / 2][4];
+#pragma unroll
+    for (int h = 0; h < kJ / 2; ++h) {
+      load_tiles(bl[h], &st.x[at.b_row + 16 * h][64 * jp + at.b_col]);
+      load_tiles(bh[h], &st.x[at.b_row + 16 * h][64 * jp + 32 + at.b_col]);
+    }
+    // Bytes 2 jp and 2 jp + 1 of the rows' scale and min words (k_scale_words).
+    const int shift = 16 * (jp & 1);
+    auto byte_of = [&](uint32_t lo_word, uint32_t hi_word, int at_bit) {
+      return static_cast<int>(((jp < 2 ? lo_word : hi_word) >> at_bit) & 0xffu);
+    };
+    const int sa_lo = byte_of(ka.scales_lo, ka.scales_hi, shift), sa_hi = byte_of(ka.scales_lo, ka.scales_hi, shift + 8);
+    const int sb_lo = byte_of(kb.scales_lo, kb.scales_hi, shift), sb_hi = byte_of(kb.scales_lo, kb.scales_hi, shift + 8);
+    const uint32_t ma_lo = byte_of(ka.mins_lo, ka.mins_hi, shift) * 0x01010101u;
+    const uint32_t ma_hi = byte_of(ka.mins_lo, ka.mins_hi, shift + 8) * 0x01010101u;
+    const uint32_t mb_lo = byte_of(kb.mins_lo, kb.mins_hi, shift) * 0x01010101u;
+    const uint32_t mb_hi = byte_of(kb.mins_lo, kb.mins_hi, shift + 8) * 0x01010101u;
+    const uint32_t am_lo[4] = {ma_lo, mb_lo, ma_lo, mb_lo}, am_hi[4] = {ma_hi, mb_hi, ma_hi, mb_hi};
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+      const uint32_t b0l = bl[j / 2][2 * (j % 2)], b1l = bl[j / 2][2 * (j % 2) + 1];
+      const uint32_t b0h = bh[j / 2][2 * (j % 2)], b1h = bh[j / 2][2 * (j % 2) + 1];
+      int cl[4], ch[4];
+      mma_u8_k32(cl, lo, b0l, b1l);
+      mma_u8_k32(ch, hi, b0h, b1h);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) isum[j][i] += (i < 2 ? sa_lo : sb_lo) * cl[i] + (i < 2 ? sa_hi : sb_hi) * ch[i];
+      mma_u8_k32_add(mins[j], am_lo, b0l, b1l);
+      mma_u8_k32_add(mins[j], am_hi, b0h, b1h);
+    }
+  }
+  const float d[2] = {F::d(st.raw[at.ra]), F::d(st.raw[at.rb])};
+  const float dmin[2] = {F::dmin(st.raw[at.ra]), F::dmin(st.raw[at.rb])};
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = i / 2;
+      const float da = st.xd[0][at.wt + 8 * j + 2 * at.quad + (i & 1)];
+      float& v = acc[j][i];
+      v = __fmaf_rn(__int2float_rn(isum[j][i]), __fmul_rn(d[h], da), v);
+      v = __fmaf_rn(__int2float_rn(mins[j][i]), __fmul_rn(dmin[h], -da), v);
     }
   }
 }
@@ -257,18 +339,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_exact_kernel(Gemm
   constexpr int kJ = kTokens / 16;  // the warp's tiles of 8 activation rows
   extern __shared__ __align__(16) uint8_t smem[];
   auto& sh = *reinterpret_cast<Shared<F, kTokens>*>(smem);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gid = lane / 4, quad = lane % 4;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokens;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
-  const int wr = 16 * (warp % 4), wt = 8 * kJ * (warp / 4);  // the warp's rows and tokens in the tile
-  const int ra = wr + gid, rb = wr + gid + 8;
-  // load_tiles addresses. A (16 weight rows x 32 bytes): tiles rows 0-7 / 8-15 by bytes 0-15 /
-  // 16-31. B (two sets of 8 tokens x 32 bytes): tiles bytes 0-15 / 16-31 of the first 8
-  // tokens, then of the next 8.
-  const int a_row = wr + lane % 8 + 8 * (lane / 8 % 2), a_col = 16 * (lane / 16);
-  const int b_row = wt + lane % 8 + 8 * (lane / 16), b_col = 16 * (lane / 8 % 2);
-  // Output (j, i): row i < 2 ? ra : rb, token wt + 8j + 2 quad + (i & 1).
+  const WarpTile at = warp_tile<kJ>();
+  const int lane = threadIdx.x % 32, quad = at.quad, wt = at.wt, ra = at.ra, rb = at.rb;
+  const int a_row = at.a_row, a_col = at.a_col, b_row = at.b_row, b_col = at.b_col;
   constexpr int kAcc = Tl::kKQuant ? 1 : 4;
   float acc[kAcc][kJ][4] = {};
   const int steps = (a.blocks + Tl::kBlocks - 1) / Tl::kBlocks;
@@ -293,32 +368,34 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_exact_kernel(Gemm
     }
     cp_async_commit();
     const auto& st = sh.stage[s % kStages];
-    decode_step<F>(a, st, sh, s);
-    __syncthreads();
-    if constexpr (!Tl::kKQuant) {
-      const int step_blocks = min(Tl::kBlocks, a.blocks - s * Tl::kBlocks);
+    if constexpr (Tl::kDirect) {
+      multiply_direct<F, kTokens>(st, at, acc[0]);
+    } else {
+      decode_step<F>(a, st, sh, s);
+      __syncthreads();
+      if constexpr (!Tl::kKQuant) {
+        const int step_blocks = min(Tl::kBlocks, a.blocks - s * Tl::kBlocks);
 #pragma unroll
-      for (int b = 0; b < Tl::kBlocks; ++b) {
-        if (b >= step_blocks) break;
-        uint32_t af[4], bf[kJ / 2][4];
-        load_tiles(af, &sh.w[a_row][32 * b + a_col]);
+        for (int b = 0; b < Tl::kBlocks; ++b) {
+          if (b >= step_blocks) break;
+          uint32_t af[4], bf[kJ / 2][4];
+          load_tiles(af, &sh.w[a_row][32 * b + a_col]);
 #pragma unroll
-        for (int h = 0; h < kJ / 2; ++h) load_tiles(bf[h], &st.x[b_row + 16 * h][32 * b + b_col]);
+          for (int h = 0; h < kJ / 2; ++h) load_tiles(bf[h], &st.x[b_row + 16 * h][32 * b + b_col]);
 #pragma unroll
-        for (int j = 0; j < kJ; ++j) {
-          int c[4];
-          mma_k32(c, af, bf[j / 2][2 * (j % 2)], bf[j / 2][2 * (j % 2) + 1]);
+          for (int j = 0; j < kJ; ++j) {
+            int c[4];
+            mma_k32(c, af, bf[j / 2][2 * (j % 2)], bf[j / 2][2 * (j % 2) + 1]);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int n = i < 2 ? ra : rb, t = wt + 8 * j + 2 * quad + (i & 1);
-            float& v = acc[b % 4][j][i];
-            v = __fmaf_rn(small_int_to_float(c[i]), __fmul_rn(sh.wd[b][n], st.xd[b][t]), v);
-            if constexpr (F::kHasMin) v = __fmaf_rn(sh.wm[b][n], st.xs[b][t], v);
+            for (int i = 0; i < 4; ++i) {
+              const int n = i < 2 ? ra : rb, t = wt + 8 * j + 2 * quad + (i & 1);
+              float& v = acc[b % 4][j][i];
+              v = __fmaf_rn(small_int_to_float(c[i]), __fmul_rn(sh.wd[b][n], st.xd[b][t]), v);
+              if constexpr (F::kHasMin) v = __fmaf_rn(sh.wm[b][n], st.xs[b][t], v);
+            }
           }
         }
-      }
-    } else {
-      if constexpr (F::kType == DType::Q6_K) {
+      } else {  // Q6_K
         int isum[kJ][4] = {};
         uint32_t af[4];  // groups g and g + 1 (g even)
 #pragma unroll
@@ -342,44 +419,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_exact_kernel(Gemm
           for (int i = 0; i < 4; ++i) {
             const int n = i < 2 ? ra : rb, t = wt + 8 * j + 2 * quad + (i & 1);
             acc[0][j][i] = __fmaf_rn(__int2float_rn(isum[j][i]), __fmul_rn(sh.wd[0][n], st.xd[0][t]), acc[0][j][i]);
-          }
-        }
-      } else {
-        // The contract's integer sums, on the tensor cores alone: sum_j scale_j (codes_j . x_j)
-        // = 8 (high tile . x) + (low tile . x), and sum_j min_j (sum of x_j) = (each row's
-        // mins spread over their sub-blocks . x), all three accumulated over the step.
-        int high[kJ][4] = {}, low[kJ][4] = {}, mins[kJ][4] = {};
-        int m[2][8];  // rows ra, rb
-        load_ints8(sh.wmin[ra], m[0]);
-        load_ints8(sh.wmin[rb], m[1]);
-#pragma unroll
-        for (int sb8 = 0; sb8 < 8; ++sb8) {
-          uint32_t al[4], ah[4], bf[kJ / 2][4];
-          load_tiles(al, &sh.w[a_row][32 * sb8 + a_col]);
-          load_tiles(ah, &sh.w_high[a_row][32 * sb8 + a_col]);
-#pragma unroll
-          for (int h = 0; h < kJ / 2; ++h) load_tiles(bf[h], &st.x[b_row + 16 * h][32 * sb8 + b_col]);
-          const uint32_t ma = static_cast<uint32_t>(m[0][sb8]) * 0x01010101u;
-          const uint32_t mb = static_cast<uint32_t>(m[1][sb8]) * 0x01010101u;
-          const uint32_t am[4] = {ma, mb, ma, mb};
-#pragma unroll
-          for (int j = 0; j < kJ; ++j) {
-            const uint32_t b0 = bf[j / 2][2 * (j % 2)], b1 = bf[j / 2][2 * (j % 2) + 1];
-            mma_u8_k32(low[j], al, b0, b1);
-            mma_u8_k32(high[j], ah, b0, b1);
-            mma_u8_k32(mins[j], am, b0, b1);
-          }
-        }
-        const float d[2] = {sh.wd[0][ra], sh.wd[0][rb]}, dmin[2] = {sh.wd[1][ra], sh.wd[1][rb]};
-#pragma unroll
-        for (int j = 0; j < kJ; ++j) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int h = i / 2, t = wt + 8 * j + 2 * quad + (i & 1);
-            const float da = st.xd[0][t];
-            float& v = acc[0][j][i];
-            v = __fmaf_rn(__int2float_rn(8 * high[j][i] + low[j][i]), __fmul_rn(d[h], da), v);
-            v = __fmaf_rn(__int2float_rn(mins[j][i]), __fmul_rn(dmin[h], -da), v);
           }
         }
       }

@@ -216,18 +216,6 @@ struct KAsymmetric {  // Q4_K, Q5_K
     return l.sc0 * lo + l.sc1 * hi;
   }
 
-  // The lane's words into the super-block's 256 int8 slots of a tile row, its scales and mins
-  // into the row's 8 of each.
-  __device__ static void store(const Lane& l, int part, int8_t* row) {
-    auto* w = reinterpret_cast<uint32_t*>(row);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[16 * part + i] = l.lo[i], w[16 * part + 8 + i] = l.hi[i];
-  }
-  __device__ static void store_scales(const Lane& l, int part, int32_t* scales, int32_t* mins) {
-    scales[2 * part] = l.sc0, scales[2 * part + 1] = l.sc1;
-    mins[2 * part] = l.m0, mins[2 * part + 1] = l.m1;
-  }
-
   __device__ static float d(const uint8_t* block) { return half_at(block); }
   __device__ static float dmin(const uint8_t* block) { return half_at(block + 2); }
 };
@@ -292,7 +280,7 @@ struct KQ6 {
 #pragma unroll
       for (int i = 0; i < 4; ++i) w[(128 * h + 32 * k + l0) / 4 + i] = l.v[k][i];
   }
-  __device__ static void store_scales(const Lane& l, int part, int32_t* scales, int32_t*) {
+  __device__ static void store_scales(const Lane& l, int part, int32_t* scales) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) scales[8 * (part >> 1) + 2 * k + (part & 1)] = l.sc[k];
   }
