@@ -265,13 +265,12 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens>& st, con
                                                 float (&acc)[kTokens / 16][4]) {
   static_assert(F::kBlockBytes % 16 == 0, "every super-block of a step starts a 16-byte chunk");
   constexpr int kJ = kTokens / 16;
-  constexpr bool kFifthBit = F::kType == DType::Q5_K;
   const uint4 head_a = *reinterpret_cast<const uint4*>(st.raw[at.ra]);
   const uint4 head_b = *reinterpret_cast<const uint4*>(st.raw[at.rb]);
   const KScaleWords ka = k_scale_words(head_a.y, head_a.z, head_a.w);
   const KScaleWords kb = k_scale_words(head_b.y, head_b.z, head_b.w);
   uint32_t qh[4] = {};
-  if constexpr (kFifthBit) load_tiles(qh, &st.raw[at.a_row][16 + at.a_col]);
+  if constexpr (F::kType == DType::Q5_K) load_tiles(qh, &st.raw[at.a_row][16 + at.a_col]);
   int isum[kJ][4] = {}, mins[kJ][4] = {};
   // Not unrolled: unrolled, the 64-row tile spilled (204 bytes a thread at 128 registers).
 #pragma unroll 1
@@ -279,30 +278,17 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens>& st, con
     uint32_t q[4], lo[4], hi[4];
     load_tiles(q, &st.raw[at.a_row][F::kQs + 32 * jp + at.a_col]);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo[i] = q[i] & kLow4, hi[i] = (q[i] >> 4) & kLow4;
-      if constexpr (kFifthBit) {
-        lo[i] |= ((qh[i] >> (2 * jp)) & 0x01010101u) << 4;
-        hi[i] |= ((qh[i] >> (2 * jp + 1)) & 0x01010101u) << 4;
-      }
-    }
+    for (int i = 0; i < 4; ++i) F::codes(q[i], qh[i], jp, lo[i], hi[i]);
     uint32_t bl[kJ / 2][4], bh[kJ / 2][4];
 #pragma unroll
     for (int h = 0; h < kJ / 2; ++h) {
       load_tiles(bl[h], &st.x[at.b_row + 16 * h][64 * jp + at.b_col]);
       load_tiles(bh[h], &st.x[at.b_row + 16 * h][64 * jp + 32 + at.b_col]);
     }
-    // Bytes 2 jp and 2 jp + 1 of the rows' scale and min words (k_scale_words).
-    const int shift = 16 * (jp & 1);
-    auto byte_of = [&](uint32_t lo_word, uint32_t hi_word, int at_bit) {
-      return static_cast<int>(((jp < 2 ? lo_word : hi_word) >> at_bit) & 0xffu);
-    };
-    const int sa_lo = byte_of(ka.scales_lo, ka.scales_hi, shift), sa_hi = byte_of(ka.scales_lo, ka.scales_hi, shift + 8);
-    const int sb_lo = byte_of(kb.scales_lo, kb.scales_hi, shift), sb_hi = byte_of(kb.scales_lo, kb.scales_hi, shift + 8);
-    const uint32_t ma_lo = byte_of(ka.mins_lo, ka.mins_hi, shift) * 0x01010101u;
-    const uint32_t ma_hi = byte_of(ka.mins_lo, ka.mins_hi, shift + 8) * 0x01010101u;
-    const uint32_t mb_lo = byte_of(kb.mins_lo, kb.mins_hi, shift) * 0x01010101u;
-    const uint32_t mb_hi = byte_of(kb.mins_lo, kb.mins_hi, shift + 8) * 0x01010101u;
+    const auto sa = F::scale_pair(ka, jp), sb = F::scale_pair(kb, jp);  // rows ra, rb
+    // Each row's min broadcast over the sub-block's bytes (A rows ra, rb, ra, rb).
+    const uint32_t ma_lo = sa.m0 * 0x01010101u, ma_hi = sa.m1 * 0x01010101u;
+    const uint32_t mb_lo = sb.m0 * 0x01010101u, mb_hi = sb.m1 * 0x01010101u;
     const uint32_t am_lo[4] = {ma_lo, mb_lo, ma_lo, mb_lo}, am_hi[4] = {ma_hi, mb_hi, ma_hi, mb_hi};
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
@@ -312,7 +298,7 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens>& st, con
       mma_u8_k32(cl, lo, b0l, b1l);
       mma_u8_k32(ch, hi, b0h, b1h);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) isum[j][i] += (i < 2 ? sa_lo : sb_lo) * cl[i] + (i < 2 ? sa_hi : sb_hi) * ch[i];
+      for (int i = 0; i < 4; ++i) isum[j][i] += (i < 2 ? sa.sc0 : sb.sc0) * cl[i] + (i < 2 ? sa.sc1 : sb.sc1) * ch[i];
       mma_u8_k32_add(mins[j], am_lo, b0l, b1l);
       mma_u8_k32_add(mins[j], am_hi, b0h, b1h);
     }

@@ -170,32 +170,44 @@ struct KAsymmetric {  // Q4_K, Q5_K
     int sc0, sc1, m0, m1;
   };
 
-  __device__ static void lane(const uint8_t* block, int part, Lane& l) {
-    const uint4 head = *reinterpret_cast<const uint4*>(block);
-    const KScaleWords k = k_scale_words(head.y, head.z, head.w);
+  // Scales and mins of sub-blocks 2 part and 2 part + 1 (bytes of k_scale_words' words).
+  struct ScalePair {
+    int sc0, sc1, m0, m1;
+  };
+  __device__ static ScalePair scale_pair(const KScaleWords& k, int part) {
     const uint32_t sw = part < 2 ? k.scales_lo : k.scales_hi, mw = part < 2 ? k.mins_lo : k.mins_hi;
     const int shift = 16 * (part & 1);
-    l.sc0 = static_cast<int>((sw >> shift) & 0xffu), l.sc1 = static_cast<int>((sw >> (shift + 8)) & 0xffu);
-    l.m0 = static_cast<int>((mw >> shift) & 0xffu), l.m1 = static_cast<int>((mw >> (shift + 8)) & 0xffu);
-    uint32_t q[8];
+    return {static_cast<int>((sw >> shift) & 0xffu), static_cast<int>((sw >> (shift + 8)) & 0xffu),
+            static_cast<int>((mw >> shift) & 0xffu), static_cast<int>((mw >> (shift + 8)) & 0xffu)};
+  }
+
+  // Codes of sub-blocks 2 part (lo) and 2 part + 1 (hi) at four element positions: q, a word of
+  // the 32 code bytes of run `part` (low nibbles one sub-block, high nibbles the other) and,
+  // for Q5_K, h, the qh word of the same positions (bit 2 part and 2 part + 1 the fifth bits).
+  __device__ static void codes(uint32_t q, uint32_t h, int part, uint32_t& lo, uint32_t& hi) {
+    lo = q & kLow4;
+    hi = (q >> 4) & kLow4;
+    if constexpr (kFifthBit) {
+      lo |= ((h >> (2 * part)) & 0x01010101u) << 4;
+      hi |= ((h >> (2 * part + 1)) & 0x01010101u) << 4;
+    }
+  }
+
+  __device__ static void lane(const uint8_t* block, int part, Lane& l) {
+    const uint4 head = *reinterpret_cast<const uint4*>(block);
+    const ScalePair p = scale_pair(k_scale_words(head.y, head.z, head.w), part);
+    l.sc0 = p.sc0, l.sc1 = p.sc1, l.m0 = p.m0, l.m1 = p.m1;
     const uint4 q0 = *reinterpret_cast<const uint4*>(block + kQs + 32 * part);
     const uint4 q1 = *reinterpret_cast<const uint4*>(block + kQs + 32 * part + 16);
-    q[0] = q0.x, q[1] = q0.y, q[2] = q0.z, q[3] = q0.w, q[4] = q1.x, q[5] = q1.y, q[6] = q1.z, q[7] = q1.w;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      l.lo[i] = q[i] & kLow4;
-      l.hi[i] = (q[i] >> 4) & kLow4;
-    }
+    const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    uint32_t h[8] = {};
     if constexpr (kFifthBit) {
       const uint4 h0 = *reinterpret_cast<const uint4*>(block + 16);
       const uint4 h1 = *reinterpret_cast<const uint4*>(block + 32);
-      const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        l.lo[i] |= ((h[i] >> (2 * part)) & 0x01010101u) << 4;
-        l.hi[i] |= ((h[i] >> (2 * part + 1)) & 0x01010101u) << 4;
-      }
+      h[0] = h0.x, h[1] = h0.y, h[2] = h0.z, h[3] = h0.w, h[4] = h1.x, h[5] = h1.y, h[6] = h1.z, h[7] = h1.w;
     }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) codes(q[i], h[i], part, l.lo[i], l.hi[i]);
   }
 
   // `codes`: the super-block's 256 activation codes; `groups`: its 16 group sums.
