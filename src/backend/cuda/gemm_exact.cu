@@ -1,8 +1,9 @@
 // The exact product of quantized weights with quantized activations for many activation rows
 // (prefill, decode of many sequences), on the int8 tensor cores. A block of 8 warps owns 64
-// weight rows x 64 activation rows (32 where 64 would leave multiprocessors idle:
-// tokens_per_block) and walks K in steps of 256 elements (eight 32-element blocks, or one
-// super-block):
+// weight rows x 64 activation rows (32 where 64 would leave multiprocessors idle; for Q4_K/Q5_K
+// 16 for 16 rows or fewer, with blocks of 32 weight rows and 4 warps where 64 would leave
+// multiprocessors idle: tokens_per_block, launch_gemm_quantized) and walks K in steps of 256
+// elements (eight 32-element blocks, or one super-block):
 //  1. the step's raw weight bytes (the 16-byte chunks around them), activation codes and
 //     scales come to shared memory with cp.async, one step ahead of the step being multiplied;
 //     except for Q4_K/Q5_K the weights are then decoded there to int8 rows with the GEMV's
@@ -35,14 +36,19 @@ namespace {
 
 using namespace exact;
 
-constexpr int kRows = 64;     // weight rows per block
-// Activation rows per block: 64, or 32 where 64 would leave multiprocessors idle (few weight
-// rows, or few activation rows: a decode step of a few dozen sequences). See tokens_per_block.
+// Weight rows per block: 64, or for Q4_K/Q5_K 32 where 64 would leave multiprocessors idle
+// (see tokens_per_block). Four threads copy each weight row, and a warp multiplies 16 of them
+// by half the block's activation rows: 8 warps, or 4.
+constexpr int kRows = 64;
+template <int kR>
+constexpr int kThreadsFor = 4 * kR;
+// Activation rows per block: 64, or 32 (16) where 64 would leave multiprocessors idle (few
+// weight rows, or few activation rows: a decode step of a few dozen sequences). See
+// tokens_per_block.
 constexpr int kMaxTokens = 64;
 constexpr int kStepElems = 256;
 constexpr int kTileStride = kStepElems + 16;  // bytes per int8 tile row: conflict-free fragment reads
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
+constexpr int kThreads = kThreadsFor<kRows>;
 // Steps in flight: the one multiplied and the one being copied. Two blocks share a
 // multiprocessor (registers held to 128), so one block's copies and barriers hide behind the
 // other's multiplies; three stages fit one block only and ran 1.3x slower (H200, Q4_K). The
@@ -86,7 +92,7 @@ __device__ __forceinline__ void load_tiles(uint32_t (&r)[4], const void* p) {
                : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
 }
 
-template <class F>
+template <class F, int kR = kRows>
 struct Tile {
   static constexpr bool kKQuant = F::kElems == 256;
   static constexpr int kBlocks = kKQuant ? 1 : 8;  // weight blocks per step
@@ -96,24 +102,24 @@ struct Tile {
   static constexpr bool kBlockSums = F::kHasMin && !kKQuant;  // Q4_1/Q5_1: Q8_1 sums per block
   // Q4_K/Q5_K: fragments straight from the raw super-blocks (multiply_direct), nothing decoded.
   static constexpr bool kDirect = F::kType == DType::Q4_K || F::kType == DType::Q5_K;
-  static constexpr int kDecodedRows = kDirect ? 1 : kRows;
+  static constexpr int kDecodedRows = kDirect ? 1 : kR;
 };
 
 // What one step needs from device memory, copied in while earlier steps are decoded and
 // multiplied (kStages of these in flight).
-template <class F, int kTokens>
+template <class F, int kTokens, int kR>
 struct Stage {
-  using Tl = Tile<F>;
-  alignas(16) uint8_t raw[kRows][Tl::kRawBytes];
+  using Tl = Tile<F, kR>;
+  alignas(16) uint8_t raw[kR][Tl::kRawBytes];
   alignas(16) int8_t x[kTokens][kTileStride];
   alignas(16) float xd[Tl::kBlocks][kTokens];                  // activation scale per block
   alignas(16) float xs[Tl::kBlockSums ? 8 : 1][kTokens];       // Q8_1 sums per block
 };
 
-template <class F, int kTokens>
+template <class F, int kTokens, int kR>
 struct Shared {
-  static constexpr int kDecoded = Tile<F>::kDecodedRows;
-  Stage<F, kTokens> stage[kStages];
+  static constexpr int kDecoded = Tile<F, kR>::kDecodedRows;
+  Stage<F, kTokens, kR> stage[kStages];
   // The step's weights decoded (not for Q4_K/Q5_K, read raw): int8 rows, scales beside them.
   alignas(16) int8_t w[kDecoded][kTileStride];
   float wd[8][kDecoded];                  // 32-element formats: d per block; Q6_K: [0] d
@@ -133,8 +139,8 @@ struct GemmArgs {
   const float* bias;
 };
 
-// What a thread copies every step: four threads share a weight row (kRows = kThreads / 4) and
-// kThreads / kTokens an activation row, each taking every fourth (eighth) 16-byte chunk of
+// What a thread copies every step: four threads share a weight row and kThreadsFor<kR> / kTokens
+// an activation row, each taking every fourth (eighth) 16-byte chunk of
 // them. The row addresses are worked out once; a step only adds its offset (per-step address
 // arithmetic and per-row loops cost more instructions than the multiply, measured by ncu).
 // Addressing the stages by 32-bit shared offsets worked out once as well changed nothing
@@ -146,11 +152,9 @@ struct CopyRows {
   int r, q;            // weight tile row, first chunk
   int xr, xq;          // activation tile row, first chunk
 };
-static_assert(kRows == kThreads / 4, "four threads copy each weight row");
-
-template <int kTokens>
+template <int kTokens, int kR>
 __device__ __forceinline__ CopyRows copy_rows(const GemmArgs& a, int64_t n0, int64_t t0) {
-  constexpr int kPerRow = kThreads / kTokens;
+  constexpr int kPerRow = kThreadsFor<kR> / kTokens;
   CopyRows c;
   c.r = threadIdx.x / 4, c.q = threadIdx.x % 4;
   c.xr = threadIdx.x / kPerRow, c.xq = threadIdx.x % kPerRow;
@@ -179,11 +183,11 @@ __device__ __forceinline__ void copy_step_weights(const GemmArgs& a, const CopyR
 }
 
 // Step s's activation codes, scales and sums into st by cp.async.
-template <class F, int kTokens>
-__device__ __forceinline__ void copy_step_activations(const GemmArgs& a, const CopyRows& c, Stage<F, kTokens>& st,
+template <class F, int kTokens, int kR>
+__device__ __forceinline__ void copy_step_activations(const GemmArgs& a, const CopyRows& c, Stage<F, kTokens, kR>& st,
                                                       int s) {
-  using Tl = Tile<F>;
-  constexpr int kPerRow = kThreads / kTokens;
+  using Tl = Tile<F, kR>;
+  constexpr int kPerRow = kThreadsFor<kR> / kTokens;
   const int step_blocks = min(Tl::kBlocks, a.blocks - s * Tl::kBlocks);
   const int code_chunks = step_blocks * F::kElems / 16;
   const int8_t* codes = c.x + static_cast<int64_t>(s) * kStepElems;
@@ -229,7 +233,7 @@ __device__ void decode_step(const GemmArgs& a, const St& st, Sh& sh, int s) {
   }
 }
 
-// Where a warp's fragments are in a block's tiles: 8 warps, 4 x 16 weight rows by 2 x kTokens / 2
+// Where a warp's fragments are in a block's tiles: kR / 16 x 16 weight rows by 2 x kTokens / 2
 // activation rows; kJ = kTokens / 16 tiles of 8 activation rows a warp.
 struct WarpTile {
   int ra, rb;  // the weight rows of this thread's outputs: i < 2 ? ra : rb
@@ -241,14 +245,19 @@ struct WarpTile {
   int a_row, a_col, b_row, b_col;
 };
 
-template <int kJ>
+template <int kJ, int kR>
 __device__ __forceinline__ WarpTile warp_tile() {
+  constexpr int kRowGroups = kR / 16;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gid = lane / 4, wr = 16 * (warp % 4), wt = 8 * kJ * (warp / 4);
+  const int gid = lane / 4, wr = 16 * (warp % kRowGroups), wt = 8 * kJ * (warp / kRowGroups);
   WarpTile at;
   at.ra = wr + gid, at.rb = wr + gid + 8, at.wt = wt, at.quad = lane % 4;
   at.a_row = wr + lane % 8 + 8 * (lane / 8 % 2), at.a_col = 16 * (lane / 16);
-  at.b_row = wt + lane % 8 + 8 * (lane / 16), at.b_col = 16 * (lane / 8 % 2);
+  if constexpr (kJ == 1) {  // one set of 8 tokens: tiles bytes 0-15 / 16-31 / 32-47 / 48-63
+    at.b_row = wt + lane % 8, at.b_col = 16 * (lane / 8);
+  } else {
+    at.b_row = wt + lane % 8 + 8 * (lane / 16), at.b_col = 16 * (lane / 8 % 2);
+  }
   return at;
 }
 
@@ -260,8 +269,8 @@ __device__ __forceinline__ WarpTile warp_tile() {
 // sub-block's activation sum comes from the tensor cores (the min broadcast over the sub-block
 // is a row of equal bytes). The integers are the contract's, sum_j scale_j (codes_j . x_j) and
 // sum_j min_j (sum of x_j), and the float steps after them those of every other kernel.
-template <class F, int kTokens>
-__device__ __forceinline__ void multiply_direct(const Stage<F, kTokens>& st, const WarpTile& at,
+template <class F, int kTokens, int kR, bool kUnrolled>
+__device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st, const WarpTile& at,
                                                 float (&acc)[kTokens / 16][4]) {
   static_assert(F::kBlockBytes % 16 == 0, "every super-block of a step starts a 16-byte chunk");
   constexpr int kJ = kTokens / 16;
@@ -272,18 +281,31 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens>& st, con
   uint32_t qh[4] = {};
   if constexpr (F::kType == DType::Q5_K) load_tiles(qh, &st.raw[at.a_row][16 + at.a_col]);
   int isum[kJ][4] = {}, mins[kJ][4] = {};
-  // Not unrolled: unrolled, the 64-row tile spilled (204 bytes a thread at 128 registers).
-#pragma unroll 1
+  // Unrolled where the registers allow (kUnrolled): the runs' loads and products then overlap.
+  // At 128 registers the 64-row tile spilled 204 bytes a thread, the 32-row tile 12.
+#pragma unroll(kUnrolled ? 4 : 1)
   for (int jp = 0; jp < 4; ++jp) {
     uint32_t q[4], lo[4], hi[4];
     load_tiles(q, &st.raw[at.a_row][F::kQs + 32 * jp + at.a_col]);
 #pragma unroll
     for (int i = 0; i < 4; ++i) F::codes(q[i], qh[i], jp, lo[i], hi[i]);
-    uint32_t bl[kJ / 2][4], bh[kJ / 2][4];
+    // B fragments of each set j of 8 tokens: b[j][0..1] the low sub-block's, b[j][2..3] the
+    // high one's.
+    uint32_t b[kJ][4];
+    if constexpr (kJ == 1) {
+      load_tiles(b[0], &st.x[at.b_row][64 * jp + at.b_col]);
+    } else {
 #pragma unroll
-    for (int h = 0; h < kJ / 2; ++h) {
-      load_tiles(bl[h], &st.x[at.b_row + 16 * h][64 * jp + at.b_col]);
-      load_tiles(bh[h], &st.x[at.b_row + 16 * h][64 * jp + 32 + at.b_col]);
+      for (int h = 0; h < kJ / 2; ++h) {
+        uint32_t bl[4], bh[4];
+        load_tiles(bl, &st.x[at.b_row + 16 * h][64 * jp + at.b_col]);
+        load_tiles(bh, &st.x[at.b_row + 16 * h][64 * jp + 32 + at.b_col]);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          b[2 * h + e][0] = bl[2 * e], b[2 * h + e][1] = bl[2 * e + 1];
+          b[2 * h + e][2] = bh[2 * e], b[2 * h + e][3] = bh[2 * e + 1];
+        }
+      }
     }
     const auto sa = F::scale_pair(ka, jp), sb = F::scale_pair(kb, jp);  // rows ra, rb
     // Each row's min broadcast over the sub-block's bytes (A rows ra, rb, ra, rb).
@@ -292,8 +314,7 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens>& st, con
     const uint32_t am_lo[4] = {ma_lo, mb_lo, ma_lo, mb_lo}, am_hi[4] = {ma_hi, mb_hi, ma_hi, mb_hi};
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
-      const uint32_t b0l = bl[j / 2][2 * (j % 2)], b1l = bl[j / 2][2 * (j % 2) + 1];
-      const uint32_t b0h = bh[j / 2][2 * (j % 2)], b1h = bh[j / 2][2 * (j % 2) + 1];
+      const uint32_t b0l = b[j][0], b1l = b[j][1], b0h = b[j][2], b1h = b[j][3];
       int cl[4], ch[4];
       mma_u8_k32(cl, lo, b0l, b1l);
       mma_u8_k32(ch, hi, b0h, b1h);
@@ -318,29 +339,32 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens>& st, con
   }
 }
 
-template <class F, int kTokens>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_exact_kernel(GemmArgs a) {
+// kMinBlocks: the blocks a multiprocessor must hold, kBlocksPerSm or (a grid of no more blocks
+// than multiprocessors) 1, when a thread may hold 255 registers and unrolls multiply_direct.
+template <class F, int kTokens, int kR, int kMinBlocks>
+__global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel(GemmArgs a) {
   allow_next_kernel();
-  using Tl = Tile<F>;
+  using Tl = Tile<F, kR>;
+  static_assert(Tl::kDirect || kR == kRows, "only Q4_K/Q5_K have 32-row weight tiles");
   constexpr int kJ = kTokens / 16;  // the warp's tiles of 8 activation rows
   extern __shared__ __align__(16) uint8_t smem[];
-  auto& sh = *reinterpret_cast<Shared<F, kTokens>*>(smem);
+  auto& sh = *reinterpret_cast<Shared<F, kTokens, kR>*>(smem);
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokens;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kRows;
-  const WarpTile at = warp_tile<kJ>();
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kR;
+  const WarpTile at = warp_tile<kJ, kR>();
   const int lane = threadIdx.x % 32, quad = at.quad, wt = at.wt, ra = at.ra, rb = at.rb;
   const int a_row = at.a_row, a_col = at.a_col, b_row = at.b_row, b_col = at.b_col;
   constexpr int kAcc = Tl::kKQuant ? 1 : 4;
   float acc[kAcc][kJ][4] = {};
   const int steps = (a.blocks + Tl::kBlocks - 1) / Tl::kBlocks;
-  const CopyRows rows = copy_rows<kTokens>(a, n0, t0);
+  const CopyRows rows = copy_rows<kTokens, kR>(a, n0, t0);
   // The first steps' weights are asked for before the wait (no kernel writes them); each
   // step's copies are one cp.async group, steps kStages - 1 ahead of the one being multiplied.
   for (int p = 0; p < kStages - 1; ++p)
     if (p < steps) copy_step_weights<F>(a, rows, sh.stage[p], p);
   wait_for_inputs();
   for (int p = 0; p < kStages - 1; ++p) {
-    if (p < steps) copy_step_activations<F, kTokens>(a, rows, sh.stage[p], p);
+    if (p < steps) copy_step_activations<F, kTokens, kR>(a, rows, sh.stage[p], p);
     cp_async_commit();
   }
   for (int s = 0; s < steps; ++s) {
@@ -350,12 +374,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_exact_kernel(Gemm
     const int ahead = s + kStages - 1;
     if (ahead < steps) {
       copy_step_weights<F>(a, rows, sh.stage[ahead % kStages], ahead);
-      copy_step_activations<F, kTokens>(a, rows, sh.stage[ahead % kStages], ahead);
+      copy_step_activations<F, kTokens, kR>(a, rows, sh.stage[ahead % kStages], ahead);
     }
     cp_async_commit();
     const auto& st = sh.stage[s % kStages];
     if constexpr (Tl::kDirect) {
-      multiply_direct<F, kTokens>(st, at, acc[0]);
+      multiply_direct<F, kTokens, kR, kJ == 1 || kMinBlocks == 1>(st, at, acc[0]);
     } else {
       decode_step<F>(a, st, sh, s);
       __syncthreads();
@@ -424,28 +448,37 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemm_exact_kernel(Gemm
   }
 }
 
-template <class F, int kTokens>
+template <class F, int kTokens, int kMinBlocks = kBlocksPerSm, int kR = kRows>
 void launch_tokens(const GemmArgs& args, cudaStream_t stream) {
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(gemm_exact_kernel<F, kTokens>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(sizeof(Shared<F, kTokens>))),
+    check(cudaFuncSetAttribute(gemm_exact_kernel<F, kTokens, kR, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(sizeof(Shared<F, kTokens, kR>))),
           "exact gemm shared memory");
     return true;
   }();
   (void)configured;
   const dim3 grid(static_cast<unsigned>((args.tokens + kTokens - 1) / kTokens),
-                  static_cast<unsigned>((args.n + kRows - 1) / kRows));
-  launch_kernel("exact gemm kernel", gemm_exact_kernel<F, kTokens>, grid, kThreads, sizeof(Shared<F, kTokens>),
+                  static_cast<unsigned>((args.n + kR - 1) / kR));
+  launch_kernel("exact gemm kernel", gemm_exact_kernel<F, kTokens, kR, kMinBlocks>, grid, kThreadsFor<kR>,
+                sizeof(Shared<F, kTokens, kR>),
                 stream, args);
 }
 
-// 32 activation rows a block where 64 would waste half a block on padding rows (32 or fewer)
-// or would leave multiprocessors without a block (llama3-8b's 4096-row products at 64 rows:
-// 64 blocks for 132 SMs), so that more blocks share the weights' steps. With a block for
+// Activation rows a block: 64; 32 where 64 would waste half a block on padding rows (32 or
+// fewer) or would leave multiprocessors without a block (llama3-8b's 4096-row products at 64
+// rows: 64 blocks for 132 SMs), so that more blocks share the weights' steps. With a block for
 // every multiprocessor, 64 rows won: 14336 x 4096 at 64 rows (224 blocks) took 0.065 ms,
-// against 0.095 ms as 448 blocks of 32 (H200, Q4_K).
-int tokens_per_block(int64_t tokens, int64_t weight_rows, int sm_count) {
+// against 0.095 ms as 448 blocks of 32 (H200, Q4_K, when every block decoded its weights).
+// Q4_K/Q5_K (multiply_direct) take 16 for 16 rows or fewer: H100, 14336 x 4096 at 16 rows
+// 0.0646 -> 0.0307 ms. At 64 rows 16 lost to 32 (4096 x 4096 0.0256 -> 0.0285 ms, as 256 blocks
+// of 16 against 128 of 32). With the 32-row weight tiles and the one-block grids of
+// launch_gemm_quantized (H100, one run, CudaMatmulPerf.Llama3_8BFewRows, ms at 16 / 32 / 64
+// rows): q/k/v 0.0363 -> 0.0208 / 0.0256 -> 0.0240 / 0.0387 -> 0.0390; o 0.0286 -> 0.0181 /
+// 0.0249 -> 0.0230 / 0.0251 -> 0.0235; gate+up 0.1061 -> 0.0527 / 0.0720 -> 0.0720 / 0.1134 ->
+// 0.1172; down 0.0796 -> 0.0503 / 0.0730 -> 0.0659 / 0.0741 -> 0.0670.
+int tokens_per_block(int64_t tokens, int64_t weight_rows, int sm_count, bool direct) {
   const int64_t blocks = (tokens + kMaxTokens - 1) / kMaxTokens * ((weight_rows + kRows - 1) / kRows);
+  if (direct && tokens <= kMaxTokens / 4) return kMaxTokens / 4;
   return tokens <= kMaxTokens / 2 || blocks < sm_count ? kMaxTokens / 2 : kMaxTokens;
 }
 
@@ -459,7 +492,19 @@ void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const 
                 static_cast<float*>(out.data), out.row_stride / sizeof(float), bias};
   const bool known = visit_exact_format(w.dtype, [&]<class F>(F) {
     args.blocks = static_cast<int>(w.cols / F::kElems);
-    if (tokens_per_block(tokens, w.rows, sm_count) == kMaxTokens / 2)
+    const int per_block = tokens_per_block(tokens, w.rows, sm_count, Tile<F>::kDirect);
+    if constexpr (Tile<F>::kDirect) {
+      if (per_block == kMaxTokens / 4) {
+        // Fewer blocks of 64 weight rows than multiprocessors: blocks of 32 (4 warps).
+        if ((w.rows + kRows - 1) / kRows * ((tokens + per_block - 1) / per_block) < sm_count)
+          return launch_tokens<F, kMaxTokens / 4, 4, kRows / 2>(args, stream);
+        return launch_tokens<F, kMaxTokens / 4>(args, stream);
+      }
+      // A grid of one block per multiprocessor or fewer: no second block to make room for.
+      const int64_t grid = (tokens + per_block - 1) / per_block * ((w.rows + kRows - 1) / kRows);
+      if (per_block == kMaxTokens / 2 && grid <= sm_count) return launch_tokens<F, kMaxTokens / 2, 1>(args, stream);
+    }
+    if (per_block == kMaxTokens / 2)
       launch_tokens<F, kMaxTokens / 2>(args, stream);
     else
       launch_tokens<F, kMaxTokens>(args, stream);

@@ -239,33 +239,39 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
 
 // The tensor-core kernel copies steps of 256 elements ahead of the one it multiplies, into a
 // ring of stage buffers: a long K wraps the ring several times (11 steps; 12 for the 32-element
-// formats, the last of one block), and tiles partial in both weight rows and tokens. Both
-// activation tiles run: 64 rows a block (the grid fills one multiprocessor) and 32 (it would
-// not fill a hundred thousand).
+// formats, the last of one block), and tiles partial in both weight rows and tokens. Every
+// activation tile runs (gemm_exact.cu's tokens_per_block; 4 weight-row blocks). At 70 rows: 64
+// rows a block where the grid of 8 blocks fills the multiprocessors (1); 32 where it would not
+// but 12 blocks of 32 would (10); 32 where those would not fill them either (100000), for
+// Q4_K/Q5_K a grid of one block per multiprocessor, unrolled. At 13 rows, for Q4_K/Q5_K: 16
+// activation rows by 64 weight rows (1), by 32 (10 and 100000: 4 blocks of 64 would leave
+// multiprocessors idle; the last of 7 blocks has 8 rows).
 TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
   CELLM_REQUIRE_GPU(gpu);
-  const int64_t N = 200, T = 70;
+  const int64_t N = 200;
   for (DType type : weight_formats()) {
     ActivationFormat format;
     if (!activation_format_for(type, format)) continue;
     const int64_t K = dtype_info(type).block_size == 256 ? 2816 : 2848;
     HostWeight w = quantized_weight(type, random_rows(N, K, 107, 0.05f));
     const TensorRef placed = gpu.place_weight(w.ref(), "w");
-    const Rows x = random_rows(T, K, 108);
-    const Reference ref = reference_product(w, x, {});
-    const std::vector<float> cpu = cpu_product(w, x, {});
-    DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
-    DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
-    const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
-    launch_quantize_activations(Rows::device_ref(d_x, T, K), format, q, gpu.stream());
-    for (const int sm_count : {1, 100000}) {
-      launch_gemm_quantized(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), sm_count, gpu.stream());
-      const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));
-      const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) +
-                               (sm_count == 1 ? " (64-row tiles)" : " (32-row tiles)");
-      expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
-      if (cpu_runs_avx512()) {
-        EXPECT_EQ(identical(got, cpu), got.size()) << what;
+    for (const int64_t T : {70, 13}) {
+      const Rows x = random_rows(T, K, 108);
+      const Reference ref = reference_product(w, x, {});
+      const std::vector<float> cpu = cpu_product(w, x, {});
+      DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * N) * sizeof(float));
+      DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
+      const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
+      launch_quantize_activations(Rows::device_ref(d_x, T, K), format, q, gpu.stream());
+      for (const int sm_count : {1, 10, 100000}) {
+        launch_gemm_quantized(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), sm_count, gpu.stream());
+        const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));
+        const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" +
+                                 std::to_string(T) + " sm_count=" + std::to_string(sm_count);
+        expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
+        if (cpu_runs_avx512()) {
+          EXPECT_EQ(identical(got, cpu), got.size()) << what;
+        }
       }
     }
     gpu.release(placed.data);

@@ -94,5 +94,16 @@ TEST(CudaMatmulPerf, Llama3_8BShapes) {
     measure(gpu, type, {"legacy", 32768, 8192}, {1});
 }
 
+// Decode of a few sequences at llama3-8b's shapes (the q/k/v and gate/up products stacked, as
+// the model runs them): where the one-token kernels give way to the tensor-core kernel
+// (matmul_exact.cpp) and which activation tile that takes (gemm_exact.cu).
+TEST(CudaMatmulPerf, Llama3_8BFewRows) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const Shape shapes[] = {{"attn qkv", 6144, 4096}, {"attn o", 4096, 4096}, {"ffn gate+up", 28672, 4096},
+                          {"ffn down", 4096, 14336}};
+  for (const Shape& s : shapes) measure(gpu, DType::Q4_K, s, {1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17, 24, 32, 48, 64});
+}
+
 }  // namespace
 }  // namespace cellm::cuda::testing
