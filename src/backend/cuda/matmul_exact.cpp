@@ -14,9 +14,12 @@ namespace {
 // From here on the tensor-core kernel beats streaming the weights: the one-row kernel's time
 // grows with the rows (H200, Q4_K 32768 x 8192: 0.18 ms at 8 rows, 827 GB/s) while the
 // tensor-core kernel's stays near 0.2 ms from 16 rows to 64 (0.204 and 0.230 ms).
-// Measured again with the 16-row activation tiles of Q4_K/Q5_K (H100, llama3-8b's shapes,
-// CudaMatmulPerf.Llama3_8BFewRows): from 5 rows the tensor-core kernel lost at 5-8 rows on
-// every shape but gate+up at 8 (q/k/v 0.0221 -> 0.0373 ms at 5, 0.0279 -> 0.0321 at 8).
+// Measured again with the 16-row activation tiles of Q4_K/Q5_K (H100, llama3-8b's shapes, one
+// run): in CudaMatmulPerf.Llama3_8BFewRows the tensor-core kernel from 5 rows won on q/k/v and
+// gate+up and lost on o and down at 5-6 rows (sum of a layer's four at 8 rows 0.191 -> 0.138
+// ms), but in the model, where the one-token kernel's weights start before the kernel ahead
+// ends, batch 8 generation was the same (from 9 rows 1149.3 / 1146.7 tok/s, from 5 1149.9 /
+// 1154.3).
 constexpr int64_t kExactGemmMinRows = 9;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
