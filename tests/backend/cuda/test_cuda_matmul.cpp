@@ -240,12 +240,13 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
 // The tensor-core kernel copies steps of 256 elements ahead of the one it multiplies, into a
 // ring of stage buffers: a long K wraps the ring several times (11 steps; 12 for the 32-element
 // formats, the last of one block), and tiles partial in both weight rows and tokens. Every
-// activation tile runs (gemm_exact.cu's tokens_per_block; 4 weight-row blocks). At 70 rows: 64
-// rows a block where the grid of 8 blocks fills the multiprocessors (1); 32 where it would not
-// but 12 blocks of 32 would (10); 32 where those would not fill them either (100000), for
-// Q4_K/Q5_K a grid of one block per multiprocessor, unrolled. At 13 rows, for Q4_K/Q5_K: 16
-// activation rows by 64 weight rows (1), by 32 (10 and 100000: 4 blocks of 64 would leave
-// multiprocessors idle; the last of 7 blocks has 8 rows).
+// tile runs (gemm_exact.cu's tokens_per_block and launch_gemm_quantized; 4 blocks of 64 weight
+// rows). At 70 rows: 64 activation rows a block where the grid of 8 blocks fills the
+// multiprocessors (1); else 32 (12 blocks), for Q4_K/Q5_K two blocks a multiprocessor (10), one
+// unrolled (20), and blocks of 32 weight rows where 12 blocks would leave more than half of
+// them idle (100000). At 13 rows, for Q4_K/Q5_K: 16 activation rows by 64 weight rows (1), by
+// 32 where 4 blocks of 64 would leave multiprocessors idle (the others; the last of 7 blocks
+// has 8 rows).
 TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
   CELLM_REQUIRE_GPU(gpu);
   const int64_t N = 200;
@@ -263,7 +264,7 @@ TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
       DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
       launch_quantize_activations(Rows::device_ref(d_x, T, K), format, q, gpu.stream());
-      for (const int sm_count : {1, 10, 100000}) {
+      for (const int sm_count : {1, 10, 20, 100000}) {
         launch_gemm_quantized(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), sm_count, gpu.stream());
         const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));
         const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" +
