@@ -1,9 +1,9 @@
 // The exact product of quantized weights with quantized activations for many activation rows
 // (prefill, decode of many sequences), on the int8 tensor cores. A block of 8 warps owns 64
-// weight rows x 64 activation rows (32 where 64 would leave multiprocessors idle; for Q4_K/Q5_K
-// 16 for 16 rows or fewer, with blocks of 32 weight rows and 4 warps where 64 would leave
-// multiprocessors idle: tokens_per_block, launch_gemm_quantized) and walks K in steps of 256
-// elements (eight 32-element blocks, or one super-block):
+// weight rows x 64 activation rows (32 where 64 would leave multiprocessors idle, and for
+// Q4_K/Q5_K 16 for 16 rows or fewer: tokens_per_block; Q4_K/Q5_K blocks of 32 weight rows and 4
+// warps where blocks of 64 would leave multiprocessors idle: launch_gemm_quantized) and walks K
+// in steps of 256 elements (eight 32-element blocks, or one super-block):
 //  1. the step's raw weight bytes (the 16-byte chunks around them), activation codes and
 //     scales come to shared memory with cp.async, one step ahead of the step being multiplied;
 //     except for Q4_K/Q5_K the weights are then decoded there to int8 rows with the GEMV's
@@ -37,7 +37,7 @@ namespace {
 using namespace exact;
 
 // Weight rows per block: 64, or for Q4_K/Q5_K 32 where 64 would leave multiprocessors idle
-// (see tokens_per_block). Four threads copy each weight row, and a warp multiplies 16 of them
+// (launch_gemm_quantized). Four threads copy each weight row, and a warp multiplies 16 of them
 // by half the block's activation rows: 8 warps, or 4.
 constexpr int kRows = 64;
 template <int kR>
