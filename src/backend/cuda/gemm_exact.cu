@@ -290,7 +290,7 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
   if constexpr (F::kType == DType::Q5_K) load_tiles(qh, &st.raw[at.a_row][16 + at.a_col]);
   int isum[kJ][4] = {}, mins[kJ][4] = {};
   // Unrolled where the registers allow (kUnrolled): the runs' loads and products then overlap.
-  // At 128 registers the 64-row tile spilled 204 bytes a thread, the 32-row tile 12.
+  // At 128 registers the tile of 64 activation rows spilled 204 bytes a thread, of 32 rows 12.
 #pragma unroll(kUnrolled ? 4 : 1)
   for (int jp = 0; jp < 4; ++jp) {
     uint32_t q[4], lo[4], hi[4];
@@ -347,8 +347,10 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
   }
 }
 
-// kMinBlocks: the blocks a multiprocessor must hold, kBlocksPerSm or (a grid of no more blocks
-// than multiprocessors) 1, when a thread may hold 255 registers and unrolls multiply_direct.
+// kMinBlocks: the blocks a multiprocessor must hold (launch_gemm_quantized): kBlocksPerSm; 1 for
+// a grid of no more blocks than multiprocessors, and 2 for blocks of 32 weight rows (4 warps),
+// where a thread may hold 255 registers and multiply_direct unrolls; 4 for the 16-row
+// activation tile of 32 weight rows, which unrolls within 128.
 template <class F, int kTokens, int kR, int kMinBlocks>
 __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel(GemmArgs a) {
   allow_next_kernel();
