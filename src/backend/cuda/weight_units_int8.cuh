@@ -164,16 +164,18 @@ struct KAsymmetric {  // Q4_K, Q5_K
   static constexpr int kBlockBytes = kFifthBit ? 176 : 144;
   static constexpr int kQs = kFifthBit ? 48 : 16;
 
-  struct Lane {
-    uint32_t lo[8];  // sub-block 2j, elements 64j + 4i ..
-    uint32_t hi[8];  // sub-block 2j+1, elements 64j + 32 + 4i ..
-    int sc0, sc1, m0, m1;
-  };
-
-  // Scales and mins of sub-blocks 2 part and 2 part + 1 (bytes of k_scale_words' words).
+  // Scales and mins of sub-blocks 2 part and 2 part + 1.
   struct ScalePair {
     int sc0, sc1, m0, m1;
   };
+
+  struct Lane {
+    uint32_t lo[8];  // sub-block 2j, elements 64j + 4i ..
+    uint32_t hi[8];  // sub-block 2j+1, elements 64j + 32 + 4i ..
+    ScalePair scales;
+  };
+
+  // A ScalePair from the bytes of k_scale_words' words.
   __device__ static ScalePair scale_pair(const KScaleWords& k, int part) {
     const uint32_t sw = part < 2 ? k.scales_lo : k.scales_hi, mw = part < 2 ? k.mins_lo : k.mins_hi;
     const int shift = 16 * (part & 1);
@@ -195,8 +197,7 @@ struct KAsymmetric {  // Q4_K, Q5_K
 
   __device__ static void lane(const uint8_t* block, int part, Lane& l) {
     const uint4 head = *reinterpret_cast<const uint4*>(block);
-    const ScalePair p = scale_pair(k_scale_words(head.y, head.z, head.w), part);
-    l.sc0 = p.sc0, l.sc1 = p.sc1, l.m0 = p.m0, l.m1 = p.m1;
+    l.scales = scale_pair(k_scale_words(head.y, head.z, head.w), part);
     const uint4 q0 = *reinterpret_cast<const uint4*>(block + kQs + 32 * part);
     const uint4 q1 = *reinterpret_cast<const uint4*>(block + kQs + 32 * part + 16);
     const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
@@ -224,8 +225,8 @@ struct KAsymmetric {  // Q4_K, Q5_K
     const int2 g = __ldg(reinterpret_cast<const int2*>(groups + 4 * part));  // group sums 4j .. 4j+3
     const int g0 = static_cast<int16_t>(g.x & 0xffff), g1 = g.x >> 16;
     const int g2 = static_cast<int16_t>(g.y & 0xffff), g3 = g.y >> 16;
-    min_sum = l.m0 * (g0 + g1) + l.m1 * (g2 + g3);
-    return l.sc0 * lo + l.sc1 * hi;
+    min_sum = l.scales.m0 * (g0 + g1) + l.scales.m1 * (g2 + g3);
+    return l.scales.sc0 * lo + l.scales.sc1 * hi;
   }
 
   __device__ static float d(const uint8_t* block) { return half_at(block); }
