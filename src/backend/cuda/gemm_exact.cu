@@ -1,8 +1,8 @@
 // The exact product of quantized weights with quantized activations for many activation rows
 // (prefill, decode of many sequences), on the int8 tensor cores. A block of 8 warps owns 64
 // weight rows x 64 activation rows (32 where 64 would leave multiprocessors idle, and for
-// Q4_K/Q5_K 16 for 16 rows or fewer: tokens_per_block; Q4_K/Q5_K blocks of 32 weight rows and 4
-// warps where blocks of 64 would leave multiprocessors idle: launch_gemm_quantized) and walks K
+// Q4_K/Q5_K 16 for 16 rows or fewer; Q4_K/Q5_K blocks of 32 weight rows and 4 warps where
+// blocks of 64 would leave multiprocessors idle: gemm_tile.h's choose_gemm_tile) and walks K
 // in steps of 256 elements (eight 32-element blocks, or one super-block):
 //  1. the step's raw weight bytes (the 16-byte chunks around them), activation codes and
 //     scales come to shared memory with cp.async, one step ahead of the step being multiplied;
@@ -25,6 +25,7 @@
 // per-step copies and the integer scaling were most of them before they took their present form.
 #include <algorithm>
 
+#include "backend/cuda/gemm_tile.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/gemv_common.cuh"
 #include "backend/cuda/kernel_launch.cuh"
@@ -37,15 +38,15 @@ namespace {
 using namespace exact;
 
 // Weight rows per block: 64, or for Q4_K/Q5_K 32 where 64 would leave multiprocessors idle
-// (launch_gemm_quantized). Four threads copy each weight row, and a warp multiplies 16 of them
-// by half the block's activation rows: 8 warps, or 4.
-constexpr int kRows = 64;
+// (choose_gemm_tile). Four threads copy each weight row, and a warp multiplies 16 of them by
+// half the block's activation rows: 8 warps, or 4.
+constexpr int kRows = kGemmMaxWeightRows;
 template <int kR>
 constexpr int kThreadsFor = 4 * kR;
 // Activation rows per block: 64, or 32 (16) where 64 would leave multiprocessors idle (few
 // weight rows, or few activation rows: a decode step of a few dozen sequences). See
-// tokens_per_block.
-constexpr int kMaxTokens = 64;
+// choose_gemm_tile.
+constexpr int kMaxTokens = kGemmMaxActivationRows;
 constexpr int kStepElems = 256;
 constexpr int kTileStride = kStepElems + 16;  // bytes per int8 tile row: conflict-free fragment reads
 constexpr int kThreads = kThreadsFor<kRows>;
@@ -55,7 +56,7 @@ constexpr int kThreads = kThreadsFor<kRows>;
 // direct Q4_K/Q5_K path (no decoded tiles) fits two blocks of three stages, which changed
 // nothing (H100, llama3-8b batch 64: 4883.9 tok/s at two stages, 4884.2 at three).
 constexpr int kStages = 2;
-constexpr int kBlocksPerSm = 2;
+constexpr int kBlocksPerSm = kGemmBlocksPerSm;
 
 __device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -347,10 +348,12 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
   }
 }
 
-// kMinBlocks: the blocks a multiprocessor must hold (launch_gemm_quantized): kBlocksPerSm; 1 for
-// a grid of no more blocks than multiprocessors, and 2 for blocks of 32 weight rows (4 warps),
-// where a thread may hold 255 registers and multiply_direct unrolls; 4 for the 16-row
-// activation tile of 32 weight rows, which unrolls within 128.
+// kMinBlocks: the blocks a multiprocessor must hold (choose_gemm_tile): kBlocksPerSm; 1 for a
+// grid of no more blocks than multiprocessors, and 2 for blocks of 32 weight rows (4 warps),
+// where a thread may hold 255 registers and multiply_direct unrolls; 4 for blocks of 32 weight
+// rows where more of them must share a multiprocessor: the 16-row activation tile, which
+// unrolls within 128 registers, and the 32- and 64-row tiles of a grid whose last round would
+// leave half the multiprocessors idle, which do not unroll (128 registers).
 template <class F, int kTokens, int kR, int kMinBlocks>
 __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel(GemmArgs a) {
   allow_next_kernel();
@@ -389,7 +392,7 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
     cp_async_commit();
     const auto& st = sh.stage[s % kStages];
     if constexpr (Tl::kDirect) {
-      multiply_direct<F, kTokens, kR, kJ == 1 || kMinBlocks == 1 || kR < kRows>(st, at, acc[0]);
+      multiply_direct<F, kTokens, kR, kJ == 1 || kMinBlocks == 1 || (kR < kRows && kMinBlocks <= 2)>(st, at, acc[0]);
     } else {
       decode_step<F>(a, st, sh, s);
       __syncthreads();
@@ -474,22 +477,22 @@ void launch_tokens(const GemmArgs& args, cudaStream_t stream) {
                 stream, args);
 }
 
-// Activation rows a block: 64; 32 where 64 would waste half a block on padding rows (32 or
-// fewer) or would leave multiprocessors without a block (llama3-8b's 4096-row products at 64
-// rows: 64 blocks for 132 SMs), so that more blocks share the weights' steps. With a block for
-// every multiprocessor, 64 rows won: 14336 x 4096 at 64 rows (224 blocks) took 0.065 ms,
-// against 0.095 ms as 448 blocks of 32 (H200, Q4_K, when every block decoded its weights).
-// Q4_K/Q5_K (multiply_direct) take 16 for 16 rows or fewer: H100, 14336 x 4096 at 16 rows
-// 0.0646 -> 0.0307 ms. At 64 rows 16 lost to 32 (4096 x 4096 0.0256 -> 0.0285 ms, as 256 blocks
-// of 16 against 128 of 32). With the 32-row weight tiles and the one-block grids of
-// launch_gemm_quantized (H100, one run, CudaMatmulPerf.Llama3_8BFewRows, ms at 16 / 32 / 64
-// rows): q/k/v 0.0363 -> 0.0208 / 0.0256 -> 0.0240 / 0.0387 -> 0.0390; o 0.0286 -> 0.0181 /
-// 0.0249 -> 0.0230 / 0.0251 -> 0.0235; gate+up 0.1061 -> 0.0527 / 0.0720 -> 0.0720 / 0.1134 ->
-// 0.1172; down 0.0796 -> 0.0503 / 0.0730 -> 0.0659 / 0.0741 -> 0.0670.
-int tokens_per_block(int64_t tokens, int64_t weight_rows, int sm_count, bool direct) {
-  const int64_t blocks = (tokens + kMaxTokens - 1) / kMaxTokens * ((weight_rows + kRows - 1) / kRows);
-  if (direct && tokens <= kMaxTokens / 4) return kMaxTokens / 4;
-  return tokens <= kMaxTokens / 2 || blocks < sm_count ? kMaxTokens / 2 : kMaxTokens;
+// The kernel of a tile (choose_gemm_tile); the formats other than Q4_K/Q5_K have only the
+// 64-weight-row tiles of two blocks a multiprocessor.
+template <class F>
+void launch_tile(const GemmTile& tile, const GemmArgs& args, cudaStream_t stream) {
+  if constexpr (Tile<F>::kDirect) {
+    if (tile == GemmTile{kMaxTokens / 4, kRows, kBlocksPerSm}) return launch_tokens<F, kMaxTokens / 4>(args, stream);
+    if (tile == GemmTile{kMaxTokens / 4, kRows / 2, 4}) return launch_tokens<F, kMaxTokens / 4, 4, kRows / 2>(args, stream);
+    if (tile == GemmTile{kMaxTokens / 2, kRows / 2, 2}) return launch_tokens<F, kMaxTokens / 2, 2, kRows / 2>(args, stream);
+    if (tile == GemmTile{kMaxTokens / 2, kRows, 1}) return launch_tokens<F, kMaxTokens / 2, 1>(args, stream);
+    if (tile == GemmTile{kMaxTokens / 2, kRows / 2, 4}) return launch_tokens<F, kMaxTokens / 2, 4, kRows / 2>(args, stream);
+    if (tile == GemmTile{kMaxTokens, kRows / 2, 4}) return launch_tokens<F, kMaxTokens, 4, kRows / 2>(args, stream);
+  }
+  if (tile == GemmTile{kMaxTokens / 2, kRows, kBlocksPerSm}) return launch_tokens<F, kMaxTokens / 2>(args, stream);
+  if (tile == GemmTile{kMaxTokens, kRows, kBlocksPerSm}) return launch_tokens<F, kMaxTokens>(args, stream);
+  fail(ErrorCode::Internal, "exact gemm: no kernel for a tile of ", tile.activation_rows, " x ", tile.weight_rows,
+       " rows, ", tile.min_blocks, " blocks a multiprocessor");
 }
 
 }  // namespace
@@ -502,29 +505,7 @@ void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const 
                 static_cast<float*>(out.data), out.row_stride / sizeof(float), bias};
   const bool known = visit_exact_format(w.dtype, [&]<class F>(F) {
     args.blocks = static_cast<int>(w.cols / F::kElems);
-    const int per_block = tokens_per_block(tokens, w.rows, sm_count, Tile<F>::kDirect);
-    if constexpr (Tile<F>::kDirect) {
-      // Blocks of 64 weight rows: how many, and how many multiprocessors they would leave idle.
-      const int64_t grid = (tokens + per_block - 1) / per_block * ((w.rows + kRows - 1) / kRows);
-      if (per_block == kMaxTokens / 4) {
-        // Fewer than multiprocessors: blocks of 32 weight rows (4 warps), twice as many.
-        if (grid < sm_count) return launch_tokens<F, kMaxTokens / 4, 4, kRows / 2>(args, stream);
-        return launch_tokens<F, kMaxTokens / 4>(args, stream);
-      }
-      if (per_block == kMaxTokens / 2) {
-        // Half the multiprocessors or fewer: blocks of 32 weight rows, unrolled (up to 255
-        // registers for two blocks of 4 warps a multiprocessor). H100, llama3-8b's 4096-row
-        // products at 17-32 rows: o 0.0221-0.0227 -> 0.0182-0.0186 ms, down 0.0621-0.0645 ->
-        // 0.0503-0.0529.
-        if (2 * grid <= sm_count) return launch_tokens<F, kMaxTokens / 2, 2, kRows / 2>(args, stream);
-        // One block per multiprocessor or fewer: no second block to make room for.
-        if (grid <= sm_count) return launch_tokens<F, kMaxTokens / 2, 1>(args, stream);
-      }
-    }
-    if (per_block == kMaxTokens / 2)
-      launch_tokens<F, kMaxTokens / 2>(args, stream);
-    else
-      launch_tokens<F, kMaxTokens>(args, stream);
+    launch_tile<F>(choose_gemm_tile(tokens, w.rows, sm_count, Tile<F>::kDirect), args, stream);
   });
   if (!known) fail(ErrorCode::Internal, "exact gemm: no kernel for ", dtype_name(w.dtype));
 }

@@ -6,14 +6,17 @@
 // weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <deque>
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "../../common/test_models.h"
 #include "backend/cpu/quant_activations.h"
+#include "backend/cuda/gemm_tile.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/matmul_kernels.h"
@@ -237,26 +240,72 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
   }
 }
 
+// Activation rows and the multiprocessor counts the tensor-core kernel is run with below, for
+// 200 weight rows (4 blocks of 64): between them they reach every tile choose_gemm_tile picks
+// (CudaGemmTile.TheManyStepsCasesReachEveryTile).
+struct TileCase {
+  int64_t tokens;
+  std::vector<int> sm_counts;
+};
+constexpr int64_t kManyStepsWeightRows = 200;
+std::vector<TileCase> many_steps_cases() { return {{70, {1, 6, 10, 20, 100000}}, {40, {5}}, {13, {1, 10}}}; }
+
+TEST(CudaGemmTile, TheManyStepsCasesReachEveryTile) {
+  std::vector<GemmTile> direct, other;
+  for (const TileCase& c : many_steps_cases()) {
+    for (const int sm_count : c.sm_counts) {
+      direct.push_back(choose_gemm_tile(c.tokens, kManyStepsWeightRows, sm_count, true));
+      other.push_back(choose_gemm_tile(c.tokens, kManyStepsWeightRows, sm_count, false));
+    }
+  }
+  const std::vector<GemmTile> every_direct = {{16, 64, 2}, {16, 32, 4}, {32, 32, 2}, {32, 64, 1},
+                                              {32, 32, 4}, {32, 64, 2}, {64, 32, 4}, {64, 64, 2}};
+  for (const GemmTile& t : every_direct)
+    EXPECT_NE(std::find(direct.begin(), direct.end(), t), direct.end())
+        << "Q4_K/Q5_K tile " << t.activation_rows << " x " << t.weight_rows << " / " << t.min_blocks << " not reached";
+  for (const GemmTile& t : std::vector<GemmTile>{{32, 64, 2}, {64, 64, 2}})
+    EXPECT_NE(std::find(other.begin(), other.end(), t), other.end()) << t.activation_rows << " x 64 not reached";
+}
+
+// The rule on llama3-8b's shapes on an H100's 132 multiprocessors (the figures that chose it
+// are in gemm_tile.cpp).
+TEST(CudaGemmTile, Llama3_8BShapes) {
+  const int sms = 132;
+  // A decode step of 16 sequences: 16-row activation tiles; the 4096-row products would fill
+  // 64 of 132 multiprocessors with blocks of 64 weight rows, so they take 32.
+  EXPECT_EQ(choose_gemm_tile(16, 4096, sms, true), (GemmTile{16, 32, 4}));
+  EXPECT_EQ(choose_gemm_tile(16, 28672, sms, true), (GemmTile{16, 64, 2}));
+  // 64 sequences: q/k/v's 192 blocks of 64 x 64 would leave 72 multiprocessors idle in their
+  // last round; o's 128 blocks of 32 x 64 fill one round.
+  EXPECT_EQ(choose_gemm_tile(64, 6144, sms, true), (GemmTile{32, 32, 4}));
+  EXPECT_EQ(choose_gemm_tile(64, 4096, sms, true), (GemmTile{32, 64, 1}));
+  // gate+up's grids are rounds enough: 448 blocks of 64 x 64 at 64 sequences, of 32 x 64 at 32.
+  EXPECT_EQ(choose_gemm_tile(64, 28672, sms, true), (GemmTile{64, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(32, 28672, sms, true), (GemmTile{32, 64, 2}));
+  // Prefill chunks keep the largest tile, for every format.
+  for (const int64_t n : {4096, 6144, 14336, 28672}) {
+    EXPECT_EQ(choose_gemm_tile(512, n, sms, true), (GemmTile{64, 64, 2})) << n;
+    EXPECT_EQ(choose_gemm_tile(512, n, sms, false), (GemmTile{64, 64, 2})) << n;
+  }
+  // Formats other than Q4_K/Q5_K have no 16-row or 32-weight-row tiles.
+  EXPECT_EQ(choose_gemm_tile(16, 4096, sms, false), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(64, 6144, sms, false), (GemmTile{32, 64, 2}));
+}
+
 // The tensor-core kernel copies steps of 256 elements ahead of the one it multiplies, into a
 // ring of stage buffers: a long K wraps the ring several times (11 steps; 12 for the 32-element
-// formats, the last of one block), and tiles partial in both weight rows and tokens. Every
-// tile runs (gemm_exact.cu's tokens_per_block and launch_gemm_quantized; 4 blocks of 64 weight
-// rows). At 70 rows: 64 activation rows a block where the grid of 8 blocks fills the
-// multiprocessors (1); else 32 (12 blocks), for Q4_K/Q5_K two blocks a multiprocessor (10), one
-// unrolled (20), and blocks of 32 weight rows where 12 blocks would leave more than half of
-// them idle (100000). At 13 rows, for Q4_K/Q5_K: 16 activation rows by 64 weight rows (1), by
-// 32 where 4 blocks of 64 would leave multiprocessors idle (the others; the last of 7 blocks
-// has 8 rows).
+// formats, the last of one block), and tiles partial in both weight rows and tokens (the last
+// of 7 blocks of 16 activation rows at 13 rows has 8). many_steps_cases runs every tile.
 TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
   CELLM_REQUIRE_GPU(gpu);
-  const int64_t N = 200;
+  const int64_t N = kManyStepsWeightRows;
   for (DType type : weight_formats()) {
     ActivationFormat format;
     if (!activation_format_for(type, format)) continue;
     const int64_t K = dtype_info(type).block_size == 256 ? 2816 : 2848;
     HostWeight w = quantized_weight(type, random_rows(N, K, 107, 0.05f));
     const TensorRef placed = gpu.place_weight(w.ref(), "w");
-    for (const int64_t T : {70, 13}) {
+    for (const auto& [T, sm_counts] : many_steps_cases()) {
       const Rows x = random_rows(T, K, 108);
       const Reference ref = reference_product(w, x, {});
       const std::vector<float> cpu = cpu_product(w, x, {});
@@ -264,7 +313,7 @@ TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
       DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
       launch_quantize_activations(Rows::device_ref(d_x, T, K), format, q, gpu.stream());
-      for (const int sm_count : {1, 10, 20, 100000}) {
+      for (const int sm_count : sm_counts) {
         launch_gemm_quantized(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), sm_count, gpu.stream());
         const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));
         const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" +

@@ -1,0 +1,64 @@
+#include "backend/cuda/gemm_tile.h"
+
+namespace cellm::cuda {
+namespace {
+
+constexpr int kMaxTokens = kGemmMaxActivationRows;
+constexpr int kRows = kGemmMaxWeightRows;
+constexpr int kBlocksPerSm = kGemmBlocksPerSm;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Activation rows a block: 64; 32 where 64 would waste half a block on padding rows (32 or
+// fewer) or would leave multiprocessors without a block (llama3-8b's 4096-row products at 64
+// rows: 64 blocks for 132 SMs), so that more blocks share the weights' steps. With a block for
+// every multiprocessor, 64 rows won: 14336 x 4096 at 64 rows (224 blocks) took 0.065 ms,
+// against 0.095 ms as 448 blocks of 32 (H200, Q4_K, when every block decoded its weights).
+// Q4_K/Q5_K (multiply_direct) take 16 for 16 rows or fewer: H100, 14336 x 4096 at 16 rows
+// 0.0646 -> 0.0307 ms. At 64 rows 16 lost to 32 (4096 x 4096 0.0256 -> 0.0285 ms, as 256 blocks
+// of 16 against 128 of 32).
+int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool direct) {
+  if (direct && tokens <= kMaxTokens / 4) return kMaxTokens / 4;
+  const int64_t blocks = ceil_div(tokens, kMaxTokens) * ceil_div(weight_rows, kRows);
+  return tokens <= kMaxTokens / 2 || blocks < sm_count ? kMaxTokens / 2 : kMaxTokens;
+}
+
+}  // namespace
+
+// Q4_K/Q5_K also choose the weight rows: 32 (4 warps) where blocks of 64 would leave
+// multiprocessors idle. H100, one run, CudaMatmulPerf.Llama3_8BFewRows, ms at 16 / 32 / 64
+// rows, before the 16-row tiles and the 32-row weight tiles -> after: q/k/v 0.0363 -> 0.0208 /
+// 0.0256 -> 0.0240 / 0.0387 -> 0.0390; o 0.0286 -> 0.0181 / 0.0249 -> 0.0230 / 0.0251 -> 0.0235;
+// gate+up 0.1061 -> 0.0527 / 0.0720 -> 0.0720 / 0.1134 -> 0.1172; down 0.0796 -> 0.0503 / 0.0730
+// -> 0.0659 / 0.0741 -> 0.0670.
+GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, bool direct) {
+  const int per_block = activation_rows(tokens, weight_rows, sm_count, direct);
+  if (!direct) return {per_block, kRows, kBlocksPerSm};
+  // Blocks of 64 weight rows: how many, and how many multiprocessors they would leave idle.
+  const int64_t grid = ceil_div(tokens, per_block) * ceil_div(weight_rows, kRows);
+  if (per_block == kMaxTokens / 4) {
+    // Fewer than multiprocessors: blocks of 32 weight rows (4 warps), twice as many.
+    return grid < sm_count ? GemmTile{per_block, kRows / 2, 4} : GemmTile{per_block, kRows, kBlocksPerSm};
+  }
+  if (per_block == kMaxTokens / 2) {
+    // Half the multiprocessors or fewer: blocks of 32 weight rows, unrolled (up to 255
+    // registers for two blocks of 4 warps a multiprocessor). H100, llama3-8b's 4096-row
+    // products at 17-32 rows: o 0.0221-0.0227 -> 0.0182-0.0186 ms, down 0.0621-0.0645 ->
+    // 0.0503-0.0529.
+    if (2 * grid <= sm_count) return {per_block, kRows / 2, 2};
+    // One block per multiprocessor or fewer: no second block to make room for.
+    if (grid <= sm_count) return {per_block, kRows, 1};
+  }
+  // One round of two blocks a multiprocessor whose second blocks would go to half the
+  // multiprocessors or fewer: blocks of 32 weight rows (4 warps, four a multiprocessor), so that
+  // the busiest one has fewer warps' tiles (llama3-8b's q/k/v at 64 rows: 192 blocks of 8 warps
+  // put 16 on 60 SMs and 8 on the others; 384 of 4 put at most 12). H100, kernel trace of a
+  // batch-64 step, one run: q/k/v 34.66 -> 28.27 us a call. Grids of more rounds keep 64 rows:
+  // gate+up at 64 rows (448 blocks) took 119.95 -> 140.52 us as 896 blocks of 32 (these tiles do
+  // not unroll within 128 registers).
+  const int64_t last_round = grid % sm_count;
+  if (grid < 2 * int64_t{sm_count} && last_round != 0 && 2 * last_round <= sm_count) return {per_block, kRows / 2, 4};
+  return {per_block, kRows, kBlocksPerSm};
+}
+
+}  // namespace cellm::cuda
