@@ -14,11 +14,12 @@
 //    does it, the others return).
 // A block's heads are the query heads of one KV head (or one of them, where that many more
 // blocks are needed to fill the GPU: launch_attention). Within a chunk a thread takes one list
-// entry (visibility, then its K row loaded once for the block's heads' scores); the V rows of
-// the visible cells come to shared memory with asynchronous copies (the first stage while the
-// scores are computed) and each thread sums, cell by cell, its (head, dimension) outputs, one
-// V value for all the heads it owns the column for. Cells that are not visible are never
-// loaded (free cells and stale rows may hold anything, NaN included).
+// entry (visibility, then its K row, staged, read once for the block's heads' scores); the K
+// and V rows of the visible cells come to shared memory with asynchronous copies, as a pipeline
+// over a block's chunks (chunk_result: a chunk's K rows while the chunk before finishes, its V
+// rows while its scores are computed), and each thread sums, cell by cell, its (head, dimension)
+// outputs, one V value for all the heads it owns the column for. Cells that are not visible are
+// never loaded (free cells and stale rows may hold anything, NaN included).
 //
 // Decode steps of few rows take the staged kernel instead: one wave of blocks (a group of
 // kThreads threads per query head, a few heads of one KV head per block), each staging its
@@ -128,11 +129,11 @@ struct Args {
   unsigned* arrivals;  // split: per (row, first head of a block) the blocks done so far, 0 between launches
   int max_chunks;   // chunk slots per (row, head) in `partials`
   int stage_cells;  // cells whose V rows are staged at a time (divides kChunk)
-  // The staged kernel (attention_kernel<..., kStagedGroups > 0>): K rows staged too, k_row_bytes apart (a
-  // row and 16 bytes, so eight threads reading their rows' same 16 bytes hit different banks)
-  // from k_stage_offset bytes of shared memory; fresh_span: how many of a row's newest
-  // positions this launch's step may have written (its rows), whose cells are copied only
-  // after the wait.
+  // A chunk's K rows staged in shared memory (both kernels), k_row_bytes apart (a row and 16
+  // bytes, so eight threads reading their rows' same 16 bytes hit different banks) from
+  // k_stage_offset bytes on. The staged kernel (attention_kernel<..., kStagedGroups > 0>)'s
+  // fresh_span: how many of a row's newest positions this launch's step may have written (its
+  // rows), whose cells are copied only after the wait.
   int k_row_bytes;
   int k_stage_offset;
   int fresh_span;
@@ -157,7 +158,7 @@ __device__ __forceinline__ E pool_value(float v) {
 // Bytes of shared memory before the staged V rows, rounded up so they are 16-byte aligned.
 __host__ __device__ constexpr size_t staging_offset(int heads, int hd) {
   return (sizeof(float) * (static_cast<size_t>(heads) * hd + static_cast<size_t>(heads) * kChunk + 4 * heads) +
-          sizeof(int) * kChunk + 15) / 16 * 16;
+          sizeof(int) * 2 * kChunk + 15) / 16 * 16;
 }
 
 template <typename E>
@@ -232,8 +233,9 @@ struct Shared {
   float* max;        // [heads] running m (in place)
   float* sum;        // [heads] running l (in place)
   int* cell;         // [kChunk] pool row of each entry, -1 if absent or not visible (entry_cell)
+  int* next_cell;    // [kChunk] the same for the chunk after (ChunkCells)
   uint4* v;          // [stage_cells][V row]
-  char* k;           // staged kernel: [kChunk][k_row_bytes] K rows
+  char* k;           // [kChunk][k_row_bytes] K rows
 };
 
 __device__ __forceinline__ Shared carve(unsigned char* smem, int heads, int hd, int k_stage_offset, int first_head) {
@@ -248,6 +250,7 @@ __device__ __forceinline__ Shared carve(unsigned char* smem, int heads, int hd, 
   s.max = chunk_max + 2 * heads + first_head;
   s.sum = chunk_max + 3 * heads + first_head;
   s.cell = reinterpret_cast<int*>(chunk_max + 4 * heads);
+  s.next_cell = s.cell + kChunk;
   s.v = reinterpret_cast<uint4*>(smem + staging_offset(heads, hd));
   s.k = reinterpret_cast<char*>(smem + k_stage_offset);
   return s;
@@ -394,30 +397,78 @@ struct ChunkSums {
   }
 };
 
+// The chunks a block of the other kernel (many rows, or rows past one wave) takes in turn, as a
+// pipeline: the next chunk's K rows come to shared memory while this chunk's weights and V sums
+// are computed, and this chunk's V rows while its scores are. Its entries' cells are found
+// during the scores. `cell` / `next`: the entries of the chunk now and of the one after, in
+// shared memory (two arrays, swapped per chunk, so that the later V stages of a chunk still read
+// its own); `mine`: this thread's entry of the chunk now. Each thread had loaded its K row
+// itself, in two trips after the entries, with nothing in flight during the V sums. H100, one
+// run (attention_scaling, llama3-8b's layer, alternated twice), ms a step: 16 sessions x 576
+// cells 0.0429 -> 0.0357 (1.20x), 16 x 2048 0.1073 -> 0.1025, 32 x 576 0.0735 -> 0.0662 (1.11x),
+// 64 x 576 0.1168 -> 0.1161, 64 x 2048 0.3124 -> 0.3193 (0.98x: at 64 rows the blocks are
+// bound by their instructions; ncu at 64 x 576: 42% of issue slots, three blocks of 4 warps per
+// SM). Set aside: each warp summing one head's l_c instead of every thread all of its heads'
+// (a quarter of a llama3-8b thread's adds a cell) ran slower, 64 x 2048 0.319 -> 0.341 ms.
+struct ChunkCells {
+  int* cell;
+  int* next;
+  int mine;
+};
+
+// The K rows of the visible entries in `cells` (a 16-byte piece of every cells_per_pass-th cell
+// per thread) into s.k, k_row_bytes apart. Commits one group.
+template <typename E>
+__device__ __forceinline__ void stage_k_rows(const Args& a, const Shared& s, const int* cells, int hd, int g) {
+  const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;
+  const int cells_per_pass = kThreads / row_vecs;
+  const int piece = static_cast<int>(threadIdx.x) % row_vecs, first_cell = static_cast<int>(threadIdx.x) / row_vecs;
+  const char* k_piece = a.k + static_cast<size_t>(g) * hd * sizeof(E) + 16 * piece;
+  if (first_cell < cells_per_pass) {
+    for (int c = first_cell; c < kChunk; c += cells_per_pass) {
+      const int pool_row = cells[c];
+      if (pool_row >= 0) exact::cp_async16(s.k + c * a.k_row_bytes + 16 * piece, k_piece + static_cast<size_t>(pool_row) * a.row_stride);
+    }
+  }
+  exact::cp_async_commit();
+}
+
+// Before a block's first chunk: its entries, and its K rows sent for.
+template <typename E>
+__device__ __forceinline__ ChunkCells first_chunk_cells(const Args& a, const Shared& s, int hd, int t, int g,
+                                                        int chunk, int n_entries) {
+  ChunkCells cells{s.cell, s.next_cell, entry_cell(a, t, a.positions[t], chunk, n_entries, INT_MAX)};
+  cells.cell[threadIdx.x] = cells.mine;
+  __syncthreads();
+  stage_k_rows<E>(a, s, cells.cell, hd, g);
+  return cells;
+}
+
 // One chunk of row t for the block's heads (first: h0 within KV head g): chunk_max, chunk_sum in
 // shared memory and o_c in o[slot][c] (Outputs). Returns false, block-uniformly, when no cell of
-// the chunk is visible.
+// the chunk is visible. On entry `cells` holds the chunk's entries and its K rows are on their
+// way (first_chunk_cells, or the chunk before); on return, those of next_chunk (-1: none).
 template <typename E, int kHeadSlots, int kCols>
 __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, const Outputs& m, int hd, int t, int g,
-                                             int heads, int chunk, int n_entries, float (&o)[kHeadSlots][kCols]) {
+                                             int heads, int next_chunk, int n_entries, ChunkCells& cells,
+                                             float (&o)[kHeadSlots][kCols]) {
   const size_t head_offset = static_cast<size_t>(g) * hd * sizeof(E);
-  const int cell = entry_cell(a, t, a.positions[t], chunk, n_entries, INT_MAX);
-  s.cell[threadIdx.x] = cell;
-  if (__syncthreads_or(cell >= 0) == 0) return false;
+  const int cell = cells.mine;
 
-  // The first V stage starts to arrive while the scores are computed. A thread copies one 16-byte
-  // piece of every cells_per_pass-th cell, so its piece and first cell cost one division per
-  // chunk, where they cost a division and a remainder per copy.
+  // The first V stage is sent for before the scores. A thread copies one 16-byte piece of every
+  // cells_per_pass-th cell, so its piece and first cell cost one division per chunk, where they
+  // cost a division and a remainder per copy.
   static_assert(kAttentionMaxHeadDim * sizeof(float) / 16 <= kThreads, "a thread per piece of a V row");
   const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;  // 16-byte pieces per V row, <= kThreads
   const int cells_per_pass = kThreads / row_vecs;
   const int piece = threadIdx.x % row_vecs, first_cell = threadIdx.x / row_vecs;
   const char* v_piece = a.v + head_offset + 16 * piece;
+  const int* chunk_cells = cells.cell;
   auto stage_v = [&](int s0) {
     const int n = min(a.stage_cells, kChunk - s0);
     if (first_cell < cells_per_pass) {
       for (int c = first_cell; c < n; c += cells_per_pass) {
-        const int pool_row = s.cell[s0 + c];
+        const int pool_row = chunk_cells[s0 + c];
         uint4* to = s.v + c * row_vecs + piece;
         if (pool_row >= 0)
           exact::cp_async16(to, v_piece + static_cast<size_t>(pool_row) * a.row_stride);
@@ -428,21 +479,39 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
     exact::cp_async_commit();
   };
   stage_v(0);
-
-  if (cell >= 0) {
-    scores_of<E>(s.q, a.k + static_cast<size_t>(cell) * a.row_stride + head_offset, hd, heads, a.scale, s.w + threadIdx.x);
-  } else {
-    for (int h = 0; h < heads; ++h) s.w[h * kChunk + threadIdx.x] = -INFINITY;
+  // The next chunk's entries: asked for now, stored after the scores.
+  const bool has_next = next_chunk >= 0;
+  const int next = has_next ? entry_cell(a, t, a.positions[t], next_chunk, n_entries, INT_MAX) : -1;
+  exact::cp_async_wait<1>();  // this chunk's K rows (its first V stage may still be on its way)
+  const bool any = __syncthreads_or(cell >= 0) != 0;
+  if (any) {
+    if (cell >= 0) {
+      scores_of<E>(s.q, s.k + threadIdx.x * a.k_row_bytes, hd, heads, a.scale, s.w + threadIdx.x);
+    } else {
+      for (int h = 0; h < heads; ++h) s.w[h * kChunk + threadIdx.x] = -INFINITY;
+    }
   }
+  // The staged K rows are read: the next chunk's come in their place while this one finishes.
+  cells.next[threadIdx.x] = next;
   __syncthreads();
+  if (has_next) stage_k_rows<E>(a, s, cells.next, hd, g);
+  cells.mine = next;
+  int* const swapped = cells.cell;
+  cells.cell = cells.next;
+  cells.next = swapped;
+  if (!any) return false;
   chunk_weights(s, heads, cell >= 0);
 
   ChunkSums<E, kHeadSlots, kCols> sums(s, m, heads, o);
   for (int s0 = 0; s0 < kChunk; s0 += a.stage_cells) {
-    exact::cp_async_wait<0>();
+    // The stage summed next is the oldest group but the next chunk's K rows only at the first.
+    if (s0 == 0 && has_next)
+      exact::cp_async_wait<1>();
+    else
+      exact::cp_async_wait<0>();
     __syncthreads();
     sums.add(s.v, hd, s0, min(a.stage_cells, kChunk - s0), o);
-    __syncthreads();  // before the staging buffer and, after the last stage, s.cell are reused
+    __syncthreads();  // before the staging buffer is reused
     if (s0 + a.stage_cells < kChunk) stage_v(s0 + a.stage_cells);
   }
   sums.store_sums(s, m, heads);
@@ -586,14 +655,14 @@ __device__ __forceinline__ FoldStep fold_step(float m, float m_c) {
 }
 
 // Chunks folded in order by this block; writes the row's outputs for its heads.
-// chunk_of(chunk, o): chunk_result or staged_chunk_result.
+// chunk_of(chunk, next_chunk, o): chunk_result or staged_chunk_result.
 template <int kHeadSlots, int kCols, class ChunkOf>
 __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, float* smem_base, const Outputs& m,
                                               const Place& p, int hd, int n_chunks, ChunkOf&& chunk_of) {
   float acc[kHeadSlots][kCols], o[kHeadSlots][kCols];
   bool started = false;
   for (int chunk = 0; chunk < n_chunks; ++chunk) {
-    if (!chunk_of(chunk, o)) continue;
+    if (!chunk_of(chunk, chunk + 1 < n_chunks ? chunk + 1 : -1, o)) continue;
     __syncthreads();  // chunk_sum
 #pragma unroll
     for (int k = 0; k < kHeadSlots; ++k) {
@@ -763,13 +832,21 @@ __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, 
   });
 }
 
+// The launch bound of a kernel of `outputs` outputs per thread (attention_kernel says why).
+constexpr int min_blocks_per_sm(int staged_groups, int outputs) {
+  return staged_groups > 0 || outputs > 4 ? 1 : outputs == 4 ? 3 : 4;
+}
+
 // kHeadSlots >= head_slots(heads_per_block, head_dim), kCols == column_count(head_dim). The
 // kernels of few outputs per thread (every decode shape) are held to 128 registers, four
 // blocks per SM: left free they took 151 and a one-row grid ran a wave more. Up to four outputs,
 // not two (stop 37): that takes in llama3-8b's four heads a block of many rows (prefill, 16+
 // sequences; ptxas: 128 registers, 8 bytes spilled). H100, one run, old / new: 64 sessions x
 // 2048 cells 0.391 -> 0.312 ms a step, llama3-8b batch 64 4092 -> 4332 tok/s generation and
-// 8040 -> 8531 tok/s prompt (kernel trace: attention 137.3 -> 114.9 us a call).
+// 8040 -> 8531 tok/s prompt (kernel trace: attention 137.3 -> 114.9 us a call). With a chunk's
+// K rows staged (chunk_result), such a block of llama3-8b's shape holds 72 KB of shared memory,
+// three blocks per SM: the four-output kernels are held to three (ptxas: 155 registers, where
+// 128 spilled 152 bytes).
 //
 // kStaged: the launch is one wave (launch_attention), so it may start before the kernel ahead
 // ends, and each block stages its chunk's K and V rows in shared memory. Before its wait it
@@ -782,7 +859,7 @@ __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, 
 // folds into shifts and immediates.
 template <typename E, int kHeadSlots, int kCols, int kStagedGroups, int kHeadDim>
 __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups : kThreads,
-                                  kStagedGroups > 0 || kHeadSlots * kCols > 4 ? 1 : 4) attention_kernel(Args a) {
+                                  min_blocks_per_sm(kStagedGroups, kHeadSlots * kCols)) attention_kernel(Args a) {
   constexpr bool kStaged = kStagedGroups > 0;
   allow_next_kernel();
   prefetch_read_only(libm::exp2f_table_data(), libm::kExp2fTableBytes);  // for the chunks' expf
@@ -863,7 +940,11 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
     for (int i = group_thread(); i < p.heads * hd; i += kThreads) s.q[i] = q_row[i];
   }
   __syncthreads();
-  auto chunk_of = [&](int chunk, float (&o)[kHeadSlots][kCols]) {
+  // The other kernel's pipeline of chunks (chunk_result) starts with the block's first chunk.
+  ChunkCells cells{};
+  if constexpr (!kStaged) cells = first_chunk_cells<E>(a, s, hd, p.t, p.g, blockIdx.y, n_entries);
+  // chunk_of(chunk, next_chunk, o): next_chunk, the block's chunk after this one (-1: none).
+  auto chunk_of = [&](int chunk, int next_chunk, float (&o)[kHeadSlots][kCols]) {
     if constexpr (kStaged) {
       int entry = first_entry;
       if (chunk != static_cast<int>(blockIdx.y)) {
@@ -872,9 +953,11 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
         entry = send_for_chunk<E>(a, s, p, hd, pos, chunk, n_entries, rotating ? pos : INT_MAX);
         if (rotating) place_own_rows(entry);
       }
+      (void)next_chunk;
       return staged_chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.heads, entry, o);
     } else {
-      return chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.t, p.g, p.heads, chunk, n_entries, o);
+      (void)chunk;
+      return chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.t, p.g, p.heads, next_chunk, n_entries, cells, o);
     }
   };
   if (in_place) {
@@ -883,7 +966,8 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
   }
   for (int chunk = blockIdx.y; chunk < n_chunks; chunk += gridDim.y) {
     float o[kHeadSlots][kCols];
-    const bool any = chunk_of(chunk, o);
+    const int next = chunk + static_cast<int>(gridDim.y);
+    const bool any = chunk_of(chunk, next < n_chunks ? next : -1, o);
     if (any) __syncthreads();  // chunk_sum
     for (int h = group_thread(); h < p.heads; h += kThreads) {
       float* slot = slot_of(a, hd, p.t, p.h0 + h, chunk);
@@ -980,6 +1064,10 @@ size_t staged_k_offset(int heads, int hd, size_t elem) {
 }
 size_t staged_shared_bytes(int heads, int hd, size_t elem) {
   return staged_k_offset(heads, hd, elem) + static_cast<size_t>(kChunk) * staged_k_row_bytes(hd, elem);
+}
+// The other kernel's: the heads', `stage_cells` V rows, then a chunk's K rows (chunk_result).
+size_t pipelined_k_offset(int heads, int hd, int stage_cells, size_t elem) {
+  return staging_offset(heads, hd) + static_cast<size_t>(stage_cells) * hd * elem;
 }
 
 // The staged kernel's heads per block and split slots for `rows` rows, or slots 0 where it does
@@ -1086,8 +1174,9 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
                   workspace.arrivals,
                   static_cast<int>(std::min<int64_t>(plan.max_chunks, 1 << 30)),
                   staged.slots > 0 ? kChunk : plan.stage_cells,
-                  staged.slots > 0 ? staged_k_row_bytes(hd, sizeof(E)) : 0,
-                  staged.slots > 0 ? static_cast<int>(staged_k_offset(heads_per_block, hd, sizeof(E))) : 0,
+                  staged_k_row_bytes(hd, sizeof(E)),
+                  static_cast<int>(staged.slots > 0 ? staged_k_offset(heads_per_block, hd, sizeof(E))
+                                                    : pipelined_k_offset(heads_per_block, hd, plan.stage_cells, sizeof(E))),
                   // A row's step may have written its q.rows newest cells; with the rope folded in,
                   // its one new cell (this launch writes it).
                   rope != nullptr ? 1 : static_cast<int>(q.rows),
@@ -1101,7 +1190,8 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
                   staged_shared_bytes(heads_per_block, hd, sizeof(E)), stream, args);
     return;
   }
-  const size_t smem = staging_offset(heads_per_block, hd) + static_cast<size_t>(plan.stage_cells) * hd * sizeof(E);
+  const size_t smem = pipelined_k_offset(heads_per_block, hd, plan.stage_cells, sizeof(E)) +
+                      static_cast<size_t>(kChunk) * staged_k_row_bytes(hd, sizeof(E));
   if (column_count(hd) == 1)
     launch_columns<E, 1>(args, grid, smem, stream);
   else
