@@ -397,6 +397,36 @@ struct ChunkSums {
   }
 };
 
+// A thread's share of the copies of a chunk's rows of KV head g to shared memory, in 16-byte
+// pieces, `threads` threads copying: piece `piece` of cells first_cell, first_cell +
+// cells_per_pass, ... (none where first_cell >= cells_per_pass). Its piece and first cell cost
+// one division per chunk, where they had cost a division and a remainder per copy.
+template <typename E>
+struct RowPieces {
+  static_assert(kAttentionMaxHeadDim * sizeof(float) / 16 <= kThreads, "a thread per piece of a row");
+  int row_vecs;  // 16-byte pieces per row, <= threads
+  int cells_per_pass, piece, first_cell;
+  size_t offset;  // bytes from a pool row's start to this thread's piece of KV head g
+
+  __device__ __forceinline__ RowPieces(int hd, int g, int threads) {
+    row_vecs = hd * static_cast<int>(sizeof(E)) / 16;
+    cells_per_pass = threads / row_vecs;
+    piece = static_cast<int>(threadIdx.x) % row_vecs;
+    first_cell = static_cast<int>(threadIdx.x) / row_vecs;
+    offset = static_cast<size_t>(g) * hd * sizeof(E) + 16 * piece;
+  }
+  // f(c) for this thread's cells c < n.
+  template <class F>
+  __device__ __forceinline__ void for_cells(int n, F&& f) const {
+    if (first_cell < cells_per_pass)
+      for (int c = first_cell; c < n; c += cells_per_pass) f(c);
+  }
+  __device__ __forceinline__ uint4* v_at(const Shared& s, int c) const { return s.v + c * row_vecs + piece; }
+  __device__ __forceinline__ char* k_at(const Args& a, const Shared& s, int c) const {
+    return s.k + c * a.k_row_bytes + 16 * piece;
+  }
+};
+
 // The chunks a block of the other kernel (many rows, or rows past one wave) takes in turn, as a
 // pipeline: the next chunk's K rows come to shared memory while this chunk's weights and V sums
 // are computed, and this chunk's V rows while its scores are. Its entries' cells are found
@@ -416,20 +446,15 @@ struct ChunkCells {
   int mine;
 };
 
-// The K rows of the visible entries in `cells` (a 16-byte piece of every cells_per_pass-th cell
-// per thread) into s.k, k_row_bytes apart. Commits one group.
+// The K rows of the visible entries in `cells` into s.k (RowPieces). Commits one group.
 template <typename E>
 __device__ __forceinline__ void stage_k_rows(const Args& a, const Shared& s, const int* cells, int hd, int g) {
-  const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;
-  const int cells_per_pass = kThreads / row_vecs;
-  const int piece = static_cast<int>(threadIdx.x) % row_vecs, first_cell = static_cast<int>(threadIdx.x) / row_vecs;
-  const char* k_piece = a.k + static_cast<size_t>(g) * hd * sizeof(E) + 16 * piece;
-  if (first_cell < cells_per_pass) {
-    for (int c = first_cell; c < kChunk; c += cells_per_pass) {
-      const int pool_row = cells[c];
-      if (pool_row >= 0) exact::cp_async16(s.k + c * a.k_row_bytes + 16 * piece, k_piece + static_cast<size_t>(pool_row) * a.row_stride);
-    }
-  }
+  const RowPieces<E> pieces(hd, g, kThreads);
+  pieces.for_cells(kChunk, [&](int c) {
+    const int pool_row = cells[c];
+    if (pool_row >= 0)
+      exact::cp_async16(pieces.k_at(a, s, c), a.k + static_cast<size_t>(pool_row) * a.row_stride + pieces.offset);
+  });
   exact::cp_async_commit();
 }
 
@@ -452,30 +477,20 @@ template <typename E, int kHeadSlots, int kCols>
 __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, const Outputs& m, int hd, int t, int g,
                                              int heads, int next_chunk, int n_entries, ChunkCells& cells,
                                              float (&o)[kHeadSlots][kCols]) {
-  const size_t head_offset = static_cast<size_t>(g) * hd * sizeof(E);
   const int cell = cells.mine;
 
-  // The first V stage is sent for before the scores. A thread copies one 16-byte piece of every
-  // cells_per_pass-th cell, so its piece and first cell cost one division per chunk, where they
-  // cost a division and a remainder per copy.
-  static_assert(kAttentionMaxHeadDim * sizeof(float) / 16 <= kThreads, "a thread per piece of a V row");
-  const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;  // 16-byte pieces per V row, <= kThreads
-  const int cells_per_pass = kThreads / row_vecs;
-  const int piece = threadIdx.x % row_vecs, first_cell = threadIdx.x / row_vecs;
-  const char* v_piece = a.v + head_offset + 16 * piece;
+  // The first V stage is sent for before the scores.
+  const RowPieces<E> pieces(hd, g, kThreads);
   const int* chunk_cells = cells.cell;
   auto stage_v = [&](int s0) {
-    const int n = min(a.stage_cells, kChunk - s0);
-    if (first_cell < cells_per_pass) {
-      for (int c = first_cell; c < n; c += cells_per_pass) {
-        const int pool_row = chunk_cells[s0 + c];
-        uint4* to = s.v + c * row_vecs + piece;
-        if (pool_row >= 0)
-          exact::cp_async16(to, v_piece + static_cast<size_t>(pool_row) * a.row_stride);
-        else
-          *to = make_uint4(0, 0, 0, 0);  // weight 0 times +0 adds nothing: no branch per cell below
-      }
-    }
+    pieces.for_cells(min(a.stage_cells, kChunk - s0), [&](int c) {
+      const int pool_row = chunk_cells[s0 + c];
+      uint4* to = pieces.v_at(s, c);
+      if (pool_row >= 0)
+        exact::cp_async16(to, a.v + static_cast<size_t>(pool_row) * a.row_stride + pieces.offset);
+      else
+        *to = make_uint4(0, 0, 0, 0);  // weight 0 times +0 adds nothing: no branch per cell below
+    });
     exact::cp_async_commit();
   };
   stage_v(0);
@@ -519,30 +534,24 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
 }
 
 // The staged kernel's copies of a chunk's rows (the block's KV head): the K and V rows of the
-// entries in s.cell, a 16-byte piece of every cells_per_pass-th cell per thread, into s.k and
-// s.v. Without `fresh`, the rows of visible cells the step does not write (V rows of entries
+// entries in s.cell into s.k and s.v (RowPieces, the whole block copying). Without `fresh`, the rows of visible cells the step does not write (V rows of entries
 // that are not visible zeroed, as in chunk_result); with it, those of the fresh ones. Commits
 // one group.
 template <typename E>
 __device__ __forceinline__ void stage_rows(const Args& a, const Shared& s, int hd, int g, bool fresh) {
-  const int row_vecs = hd * static_cast<int>(sizeof(E)) / 16;
-  const int cells_per_pass = static_cast<int>(blockDim.x) / row_vecs;
-  const int piece = static_cast<int>(threadIdx.x) % row_vecs, first_cell = static_cast<int>(threadIdx.x) / row_vecs;
-  const size_t offset = static_cast<size_t>(g) * hd * sizeof(E) + 16 * piece;
-  if (first_cell < cells_per_pass) {
-    for (int c = first_cell; c < kChunk; c += cells_per_pass) {
-      const int entry = s.cell[c];
-      uint4* v_to = s.v + c * row_vecs + piece;
-      if (entry == -1) {
-        if (!fresh) *v_to = make_uint4(0, 0, 0, 0);
-        continue;
-      }
-      if ((entry <= -2) != fresh) continue;
-      const size_t row = static_cast<size_t>(entry >= 0 ? entry : -2 - entry) * a.row_stride + offset;
-      exact::cp_async16(s.k + c * a.k_row_bytes + 16 * piece, a.k + row);
-      exact::cp_async16(v_to, a.v + row);
+  const RowPieces<E> pieces(hd, g, static_cast<int>(blockDim.x));
+  pieces.for_cells(kChunk, [&](int c) {
+    const int entry = s.cell[c];
+    uint4* v_to = pieces.v_at(s, c);
+    if (entry == -1) {
+      if (!fresh) *v_to = make_uint4(0, 0, 0, 0);
+      return;
     }
-  }
+    if ((entry <= -2) != fresh) return;
+    const size_t row = static_cast<size_t>(entry >= 0 ? entry : -2 - entry) * a.row_stride + pieces.offset;
+    exact::cp_async16(pieces.k_at(a, s, c), a.k + row);
+    exact::cp_async16(v_to, a.v + row);
+  });
   exact::cp_async_commit();
 }
 
@@ -1056,18 +1065,15 @@ void launch_columns(const Args& args, dim3 grid, size_t smem, cudaStream_t strea
     fail(ErrorCode::Internal, "attention: ", slots, " head slots of two columns");  // heads <= 4096 / 256
 }
 
-// Shared memory of a staged block of `heads` heads: theirs (staging_offset), then a chunk's V
-// rows and its K rows (k_row_bytes apart).
-int staged_k_row_bytes(int hd, size_t elem) { return hd * static_cast<int>(elem) + 16; }
-size_t staged_k_offset(int heads, int hd, size_t elem) {
-  return staging_offset(heads, hd) + static_cast<size_t>(kChunk) * hd * elem;
-}
-size_t staged_shared_bytes(int heads, int hd, size_t elem) {
-  return staged_k_offset(heads, hd, elem) + static_cast<size_t>(kChunk) * staged_k_row_bytes(hd, elem);
-}
-// The other kernel's: the heads', `stage_cells` V rows, then a chunk's K rows (chunk_result).
-size_t pipelined_k_offset(int heads, int hd, int stage_cells, size_t elem) {
+// Shared memory of a block of `heads` heads, either kernel: theirs (staging_offset), then
+// `stage_cells` V rows (the staged kernel: a whole chunk's) and a chunk's K rows (k_row_bytes
+// apart).
+int k_row_bytes(int hd, size_t elem) { return hd * static_cast<int>(elem) + 16; }
+size_t k_stage_offset(int heads, int hd, int stage_cells, size_t elem) {
   return staging_offset(heads, hd) + static_cast<size_t>(stage_cells) * hd * elem;
+}
+size_t shared_bytes(int heads, int hd, int stage_cells, size_t elem) {
+  return k_stage_offset(heads, hd, stage_cells, elem) + static_cast<size_t>(kChunk) * k_row_bytes(hd, elem);
 }
 
 // The staged kernel's heads per block and split slots for `rows` rows, or slots 0 where it does
@@ -1089,7 +1095,7 @@ StagedShape staged_shape(int64_t rows, int n_heads, int group, int hd, int sm_co
   for (int heads = 1; heads <= group && best.slots < kStagedTargetSlots; ++heads) {
     if (group % heads != 0) continue;
     const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(staged_kernel<E>(heads, hd)),
-                                              kThreads * heads, staged_shared_bytes(heads, hd, sizeof(E)));
+                                              kThreads * heads, shared_bytes(heads, hd, kChunk, sizeof(E)));
     const int64_t slots = int64_t{sm_count} * per_sm / (rows * n_heads / heads);
     if (slots > best.slots) best = {heads, static_cast<int>(std::min<int64_t>(slots, kMaxSlots))};
   }
@@ -1149,6 +1155,9 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
     fail(ErrorCode::Internal, "attention: quantized output of ", q.rows, " x ", q.cols, " not supported");
   const StagedShape staged = plan.staged;
   const int heads_per_block = plan.heads_per_block;
+  // V rows staged at a time: the staged kernel stages a whole chunk.
+  const int stage_cells = staged.slots > 0 ? kChunk : plan.stage_cells;
+  const size_t smem = shared_bytes(heads_per_block, hd, stage_cells, sizeof(E));
   if (rope != nullptr && staged.slots == 0)
     fail(ErrorCode::Internal, "attention: the rope of ", q.rows, " rows folded in without the staged kernel");
 
@@ -1173,10 +1182,9 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
                   plan.split ? workspace.partials : nullptr,
                   workspace.arrivals,
                   static_cast<int>(std::min<int64_t>(plan.max_chunks, 1 << 30)),
-                  staged.slots > 0 ? kChunk : plan.stage_cells,
-                  staged_k_row_bytes(hd, sizeof(E)),
-                  static_cast<int>(staged.slots > 0 ? staged_k_offset(heads_per_block, hd, sizeof(E))
-                                                    : pipelined_k_offset(heads_per_block, hd, plan.stage_cells, sizeof(E))),
+                  stage_cells,
+                  k_row_bytes(hd, sizeof(E)),
+                  static_cast<int>(k_stage_offset(heads_per_block, hd, stage_cells, sizeof(E))),
                   // A row's step may have written its q.rows newest cells; with the rope folded in,
                   // its one new cell (this launch writes it).
                   rope != nullptr ? 1 : static_cast<int>(q.rows),
@@ -1186,12 +1194,10 @@ void launch_typed(const TensorRef& q, const backend::PagedKv& kv, const int32_t*
   const dim3 grid(static_cast<unsigned>(n_heads / heads_per_block), static_cast<unsigned>(plan.slots),
                   static_cast<unsigned>(q.rows));
   if (staged.slots > 0) {
-    launch_kernel("attention kernel", staged_kernel<E>(heads_per_block, hd), grid, kThreads * heads_per_block,
-                  staged_shared_bytes(heads_per_block, hd, sizeof(E)), stream, args);
+    launch_kernel("attention kernel", staged_kernel<E>(heads_per_block, hd), grid, kThreads * heads_per_block, smem,
+                  stream, args);
     return;
   }
-  const size_t smem = pipelined_k_offset(heads_per_block, hd, plan.stage_cells, sizeof(E)) +
-                      static_cast<size_t>(kChunk) * staged_k_row_bytes(hd, sizeof(E));
   if (column_count(hd) == 1)
     launch_columns<E, 1>(args, grid, smem, stream);
   else
