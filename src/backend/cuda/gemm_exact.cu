@@ -18,7 +18,10 @@
 //     the scales on the tensor cores, three products a sub-block): 64 rows of llama3-8b's
 //     shapes, q/o 0.0353 -> 0.0257 ms, down 0.1043 -> 0.0752, gate/up 0.0647 -> 0.0630; 512
 //     rows 1.01-1.03x; llama3-8b batch-64 generation 4280.5 -> 4883.9 tok/s (1.14x), prompt
-//     8547 -> 8889 tok/s;
+//     8547 -> 8889 tok/s. Their mins' sums come from the activations' group sums (min_sums),
+//     not from products of the codes: H100, one run, 64 rows, gate+up 0.1155 -> 0.0933 ms
+//     (1.24x), down 0.0678 -> 0.0639, o 0.0237 -> 0.0223, q/k/v 0.0338 -> 0.0345; llama3-8b
+//     batch-64 generation 6166 -> 6803 tok/s (1.10x), prompt 9503 -> 11517 (1.21x);
 //  3. the float steps are the contract's, per output in block order, as in the GEMV
 //     (matmul_kernels.h), so an output is bit-identical whichever kernel computed it.
 // Measured (ncu, H200, Q4_K): the kernel is bound by issued instructions, not by memory; the
@@ -49,6 +52,9 @@ constexpr int kThreadsFor = 4 * kR;
 constexpr int kMaxTokens = kGemmMaxActivationRows;
 constexpr int kStepElems = 256;
 constexpr int kTileStride = kStepElems + 16;  // bytes per int8 tile row: conflict-free fragment reads
+// Q4_K/Q5_K: a super-block's 16 group sums (32 bytes) per activation row, rows 48 bytes apart so
+// that eight rows' same word falls in eight different banks.
+constexpr int kGroupStride = 24;  // int16 per row
 constexpr int kThreads = kThreadsFor<kRows>;
 // Steps in flight: the one multiplied and the one being copied. Two blocks share a
 // multiprocessor (registers held to 128), so one block's copies and barriers hide behind the
@@ -70,18 +76,20 @@ __device__ __forceinline__ void mma_k16(int (&c)[4], uint32_t a0, uint32_t a1, u
                : "r"(a0), "r"(a1), "r"(b0), "r"(0));
 }
 
-// c = a x b and c += a x b, a unsigned (Q4_K/Q5_K codes, or a min broadcast over a sub-block).
+// c = a x b, a unsigned (Q4_K/Q5_K codes, or mins against the high bytes of Q8_K's group sums).
 __device__ __forceinline__ void mma_u8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
       : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
 }
-__device__ __forceinline__ void mma_u8_k32_add(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+
+// c = a x b, both unsigned (mins against the low bytes of Q8_K's group sums).
+__device__ __forceinline__ void mma_u8_u8_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
 }
 
 // Four 8 x 16-byte tiles from shared memory in one instruction: lane l names row l % 8 of tile
@@ -115,6 +123,7 @@ struct Stage {
   alignas(16) int8_t x[kTokens][kTileStride];
   alignas(16) float xd[Tl::kBlocks][kTokens];                  // activation scale per block
   alignas(16) float xs[Tl::kBlockSums ? 8 : 1][kTokens];       // Q8_1 sums per block
+  alignas(16) int16_t groups[Tl::kDirect ? kTokens : 1][kGroupStride];  // Q8_K group sums (multiply_direct)
 };
 
 template <class F, int kTokens, int kR>
@@ -205,6 +214,11 @@ __device__ __forceinline__ void copy_step_activations(const GemmArgs& a, const C
     const int chunk = c.xq + kPerRow * i;
     if (chunk < code_chunks) cp_async16(&st.x[c.xr][16 * chunk], codes + 16 * chunk);
   }
+  if constexpr (Tl::kDirect) {  // the super-block's 16 group sums: two chunks (kPerRow >= 2)
+    static_assert(kPerRow >= 2, "two threads copy a row's group sums");
+    if (c.xq < 2)
+      cp_async16(&st.groups[c.xr][8 * c.xq], a.act.group_sums + c.t * (int64_t{a.blocks} * 16) + 16 * s + 8 * c.xq);
+  }
   const int64_t first = c.t * a.blocks + s * Tl::kBlocks;  // the row's scale of the step's first block
 #pragma unroll
   for (int b = c.xq; b < Tl::kBlocks; b += kPerRow) {
@@ -270,14 +284,54 @@ __device__ __forceinline__ WarpTile warp_tile() {
   return at;
 }
 
+// sum_j min_j (sum of x_j) of this thread's outputs (rows ra, rb; the tokens of its tiles) for
+// one super-block, from the tokens' 16 group sums (Q8_K: the sums of 16 codes, two a
+// sub-block): a k = 32 product whose k is the 32 bytes of the group sums, each an unsigned low
+// byte and a signed high byte. A holds the min of sub-block k / 4 at the bytes of one kind and 0
+// at the others, so one product (u8 x u8) sums min x low byte, another (u8 x s8) min x high
+// byte, and min x sum is their sum with the second times 256. The same integers as the min
+// broadcast over the codes (sum_j min_j (sum of x_j)), in two products a step instead of two a
+// sub-block pair.
+template <int kJ, class Groups>
+__device__ __forceinline__ void min_sums(const Groups& groups, const WarpTile& at, const KScaleWords& ka,
+                                         const KScaleWords& kb, int (&mins)[kJ][4]) {
+  const int lane = threadIdx.x % 32, gid = lane / 4;
+  // A: a0 row ra, k 4 quad .. 4 quad + 3 (groups 2 quad, 2 quad + 1: sub-block quad); a1 row rb;
+  // a2, a3 the same rows at k 16 + 4 quad .. (sub-block 4 + quad). Byte quad of a mins word to
+  // bytes 0 and 2 (low bytes) or 1 and 3 (high bytes), zeros between (__byte_perm's 4: byte 0
+  // of the zero word).
+  const uint32_t low = 0x4040u | 0x0101u * at.quad, high = 0x0404u | 0x1010u * at.quad;
+  const uint32_t a_low[4] = {__byte_perm(ka.mins_lo, 0, low), __byte_perm(kb.mins_lo, 0, low),
+                             __byte_perm(ka.mins_hi, 0, low), __byte_perm(kb.mins_hi, 0, low)};
+  const uint32_t a_high[4] = {__byte_perm(ka.mins_lo, 0, high), __byte_perm(kb.mins_lo, 0, high),
+                              __byte_perm(ka.mins_hi, 0, high), __byte_perm(kb.mins_hi, 0, high)};
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    // B: token wt + 8 j + gid, words quad (k 4 quad ..) and 4 + quad (k 16 + 4 quad ..).
+    const auto* g = reinterpret_cast<const uint32_t*>(groups[at.wt + 8 * j + gid]);
+    const uint32_t b0 = g[at.quad], b1 = g[4 + at.quad];
+    int lo[4], hi[4];
+    mma_u8_u8_k32(lo, a_low, b0, b1);
+    mma_u8_k32(hi, a_high, b0, b1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) mins[j][i] = lo[i] + 256 * hi[i];
+  }
+}
+
 // One step of Q4_K/Q5_K (a super-block of every weight row) multiplied from the raw bytes in st.
 // A 64-element run jp of the codes is 32 bytes whose low nibbles are sub-block 2 jp and high
 // nibbles sub-block 2 jp + 1 at the same element positions (Q5_K's fifth bits: bits 2 jp and
 // 2 jp + 1 of the same positions' qh bytes), so one ldmatrix and masks give both A fragments.
-// Each sub-block's integer product is scaled by its 6-bit scale in registers; its min times the
-// sub-block's activation sum comes from the tensor cores (the min broadcast over the sub-block
-// is a row of equal bytes). The integers are the contract's, sum_j scale_j (codes_j . x_j) and
-// sum_j min_j (sum of x_j), and the float steps after them those of every other kernel.
+// Each sub-block's integer product is scaled by its 6-bit scale in registers, one multiply-add
+// a product (the sum of a run's two products added at once took a third). The mins' sums come
+// from the activations' group sums (min_sums), two tensor-core products a step. The integers
+// are the contract's, sum_j scale_j (codes_j . x_j) and sum_j min_j (sum of x_j), and the float
+// steps after them those of every other kernel.
+//
+// The mins were the min broadcast over a sub-block's bytes times its codes, two products a run
+// and set of 8 tokens, as many as the codes' own, and each needed its A operand moved into
+// place: ncu, H100, llama3-8b's gate+up at 64 rows, 922 -> 742 instructions a warp and step
+// (integer multiply-adds, moves included, 370 -> 232), 141 -> 111 us under the profiler.
 template <class F, int kTokens, int kR, bool kUnrolled>
 __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st, const WarpTile& at,
                                                 float (&acc)[kTokens / 16][4]) {
@@ -289,9 +343,10 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
   const KScaleWords kb = k_scale_words(head_b.y, head_b.z, head_b.w);
   uint32_t qh[4] = {};
   if constexpr (F::kType == DType::Q5_K) load_tiles(qh, &st.raw[at.a_row][16 + at.a_col]);
-  int isum[kJ][4] = {}, mins[kJ][4] = {};
+  int isum[kJ][4] = {};
   // Unrolled where the registers allow (kUnrolled): the runs' loads and products then overlap.
-  // At 128 registers the tile of 64 activation rows spilled 204 bytes a thread, of 32 rows 12.
+  // Within 128 registers every tile but the largest (64 activation x 64 weight rows, 236 bytes
+  // spilled a thread) unrolls without spilling (ptxas: 121-128 registers).
 #pragma unroll(kUnrolled ? 4 : 1)
   for (int jp = 0; jp < 4; ++jp) {
     uint32_t q[4], lo[4], hi[4];
@@ -317,22 +372,20 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
       }
     }
     const auto sa = F::scale_pair(ka, jp), sb = F::scale_pair(kb, jp);  // rows ra, rb
-    // Each row's min broadcast over the sub-block's bytes (A rows ra, rb, ra, rb).
-    const uint32_t ma_lo = sa.m0 * 0x01010101u, ma_hi = sa.m1 * 0x01010101u;
-    const uint32_t mb_lo = sb.m0 * 0x01010101u, mb_hi = sb.m1 * 0x01010101u;
-    const uint32_t am_lo[4] = {ma_lo, mb_lo, ma_lo, mb_lo}, am_hi[4] = {ma_hi, mb_hi, ma_hi, mb_hi};
 #pragma unroll
     for (int j = 0; j < kJ; ++j) {
-      const uint32_t b0l = b[j][0], b1l = b[j][1], b0h = b[j][2], b1h = b[j][3];
       int cl[4], ch[4];
-      mma_u8_k32(cl, lo, b0l, b1l);
-      mma_u8_k32(ch, hi, b0h, b1h);
+      mma_u8_k32(cl, lo, b[j][0], b[j][1]);
+      mma_u8_k32(ch, hi, b[j][2], b[j][3]);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) isum[j][i] += (i < 2 ? sa.sc0 : sb.sc0) * cl[i] + (i < 2 ? sa.sc1 : sb.sc1) * ch[i];
-      mma_u8_k32_add(mins[j], am_lo, b0l, b1l);
-      mma_u8_k32_add(mins[j], am_hi, b0h, b1h);
+      for (int i = 0; i < 4; ++i) {
+        isum[j][i] += (i < 2 ? sa.sc0 : sb.sc0) * cl[i];
+        isum[j][i] += (i < 2 ? sa.sc1 : sb.sc1) * ch[i];
+      }
     }
   }
+  int mins[kJ][4];
+  min_sums<kJ>(st.groups, at, ka, kb, mins);
   const float d[2] = {F::d(st.raw[at.ra]), F::d(st.raw[at.rb])};
   const float dmin[2] = {F::dmin(st.raw[at.ra]), F::dmin(st.raw[at.rb])};
 #pragma unroll
@@ -350,10 +403,10 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
 
 // kMinBlocks: the blocks a multiprocessor must hold (choose_gemm_tile): kBlocksPerSm; 1 for a
 // grid of no more blocks than multiprocessors, and 2 for blocks of 32 weight rows (4 warps),
-// where a thread may hold 255 registers and multiply_direct unrolls; 4 for blocks of 32 weight
-// rows where more of them must share a multiprocessor: the 16-row activation tile, which
-// unrolls within 128 registers, and the 32- and 64-row tiles of a grid whose last round would
-// leave half the multiprocessors idle, which do not unroll (128 registers).
+// where a thread may hold 255 registers; 4 for blocks of 32 weight rows where more of them must
+// share a multiprocessor: the 16-row activation tile, and the 32- and 64-row tiles of a grid
+// whose last round would leave half the multiprocessors idle. multiply_direct unrolls for every
+// tile but the 64 x 64 one.
 template <class F, int kTokens, int kR, int kMinBlocks>
 __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel(GemmArgs a) {
   allow_next_kernel();
@@ -392,7 +445,7 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
     cp_async_commit();
     const auto& st = sh.stage[s % kStages];
     if constexpr (Tl::kDirect) {
-      multiply_direct<F, kTokens, kR, kJ == 1 || kMinBlocks == 1 || (kR < kRows && kMinBlocks <= 2)>(st, at, acc[0]);
+      multiply_direct<F, kTokens, kR, kTokens * kR < kMaxTokens * kRows || kMinBlocks == 1>(st, at, acc[0]);
     } else {
       decode_step<F>(a, st, sh, s);
       __syncthreads();

@@ -105,5 +105,15 @@ TEST(CudaMatmulPerf, Llama3_8BFewRows) {
   for (const Shape& s : shapes) measure(gpu, DType::Q4_K, s, {1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17, 24, 32, 48, 64});
 }
 
+// The four products of a llama3-8b batch-64 decode step alone: one launch each per timed call,
+// which is what a profiler (ncu --kernel-name regex:gemm_exact) needs to find them.
+TEST(CudaMatmulPerf, Llama3_8BBatch64) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const Shape shapes[] = {{"attn qkv", 6144, 4096}, {"attn o", 4096, 4096}, {"ffn gate+up", 28672, 4096},
+                          {"ffn down", 4096, 14336}};
+  for (const Shape& s : shapes) measure(gpu, DType::Q4_K, s, {64});
+}
+
 }  // namespace
 }  // namespace cellm::cuda::testing
