@@ -27,6 +27,7 @@
 // Measured (ncu, H200, Q4_K): the kernel is bound by issued instructions, not by memory; the
 // per-step copies and the integer scaling were most of them before they took their present form.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/gemm_tile.h"
 #include "backend/cuda/gemv.h"
@@ -214,11 +215,6 @@ __device__ __forceinline__ void copy_step_activations(const GemmArgs& a, const C
     const int chunk = c.xq + kPerRow * i;
     if (chunk < code_chunks) cp_async16(&st.x[c.xr][16 * chunk], codes + 16 * chunk);
   }
-  if constexpr (Tl::kDirect) {  // the super-block's 16 group sums: two chunks (kPerRow >= 2)
-    static_assert(kPerRow >= 2, "two threads copy a row's group sums");
-    if (c.xq < 2)
-      cp_async16(&st.groups[c.xr][8 * c.xq], a.act.group_sums + c.t * (int64_t{a.blocks} * 16) + 16 * s + 8 * c.xq);
-  }
   const int64_t first = c.t * a.blocks + s * Tl::kBlocks;  // the row's scale of the step's first block
 #pragma unroll
   for (int b = c.xq; b < Tl::kBlocks; b += kPerRow) {
@@ -227,6 +223,76 @@ __device__ __forceinline__ void copy_step_activations(const GemmArgs& a, const C
     if constexpr (Tl::kBlockSums) cp_async4(&st.xs[b][c.xr], a.act.sums + first + b);
   }
 }
+
+// The copies above behind the interface of DirectCopies: step s's weights or activations into
+// stage k.
+template <class F, int kTokens, int kR>
+struct StepCopies {
+  using St = Stage<F, kTokens, kR>;
+  const GemmArgs& a;
+  St* stages;
+  CopyRows rows;
+  __device__ StepCopies(const GemmArgs& args, St* st, int64_t n0, int64_t t0)
+      : a(args), stages(st), rows(copy_rows<kTokens, kR>(args, n0, t0)) {}
+  __device__ void weights(int s, int k) const { copy_step_weights<F>(a, rows, stages[k], s); }
+  __device__ void activations(int s, int k) const { copy_step_activations<F, kTokens, kR>(a, rows, stages[k], s); }
+};
+
+// Q4_K/Q5_K's copies: a step is one super-block, a whole number of 16-byte chunks, and no step
+// is partial, so a thread's shared addresses in stage 0 and its sources at step 0 are worked out
+// once and a step adds only the stage's and the step's offsets. ncu, H100, llama3-8b's gate+up
+// at 64 rows: the general copies' per-step addressing (a generic-to-shared conversion a copy,
+// the bounds of a partial step) was 183 of 742 instructions a warp and step, and 31% of the
+// stall samples. Each row's 16 group sums (min_sums) come too. H100, one run each against the
+// kernel before min_sums, ms at 64 rows, min_sums alone -> with these copies: gate+up 1.24x ->
+// 1.28x (0.0899 ms), down 1.05x -> 1.10x, o 1.04x -> 1.08x; llama3-8b batch-64 generation 1.10x
+// -> 1.12x (7002 tok/s).
+template <class F, int kTokens, int kR>
+struct DirectCopies {
+  using St = Stage<F, kTokens, kR>;
+  static_assert(F::kBlockBytes % 16 == 0, "a step's weights are whole 16-byte chunks");
+  static constexpr int kPerRow = kThreadsFor<kR> / kTokens;  // threads an activation row
+  static_assert(kPerRow >= 2, "two threads copy a row's group sums");
+  static constexpr int kWeightChunks = F::kBlockBytes / 16;  // a row's, four threads a row
+  unsigned w_dst, x_dst, xd_dst, g_dst;                       // in stage 0
+  const uint8_t* w_src;                                       // at step 0
+  const int8_t* x_src;
+  const float* xd_src;
+  const int16_t* g_src;
+  int q, xq;
+  bool padding;  // the tile row is past the last activation row (copy_step_activations)
+
+  __device__ DirectCopies(const GemmArgs& a, St* stages, int64_t n0, int64_t t0) {
+    const int r = threadIdx.x / 4, xr = threadIdx.x / kPerRow;
+    q = threadIdx.x % 4, xq = threadIdx.x % kPerRow;
+    w_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].raw[r][16 * q]));
+    x_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].x[xr][16 * xq]));
+    xd_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].xd[0][xr]));
+    g_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].groups[xr][8 * (xq % 2)]));
+    w_src = a.w + static_cast<size_t>(min(n0 + r, a.n - 1)) * a.w_stride + 16 * q;
+    padding = t0 + xr >= a.tokens;
+    const int64_t t = min(t0 + xr, a.tokens - 1);
+    x_src = a.act.codes + t * a.act.row_stride + 16 * xq;
+    xd_src = a.act.scales + t * a.blocks;
+    g_src = a.act.group_sums + t * (int64_t{a.blocks} * 16) + 8 * (xq % 2);
+  }
+  __device__ void weights(int s, int k) const {
+    const unsigned dst = w_dst + k * static_cast<unsigned>(sizeof(St));
+    const uint8_t* src = w_src + static_cast<size_t>(s) * F::kBlockBytes;
+#pragma unroll
+    for (int i = 0; i < (kWeightChunks + 3) / 4; ++i)
+      if (q + 4 * i < kWeightChunks) cp_async16(dst + 64 * i, src + 64 * i);
+  }
+  __device__ void activations(int s, int k) const {
+    if (padding) return;
+    const unsigned off = k * static_cast<unsigned>(sizeof(St));
+    const int8_t* codes = x_src + static_cast<int64_t>(s) * kStepElems;
+#pragma unroll
+    for (int i = 0; i < kStepElems / 16 / kPerRow; ++i) cp_async16(x_dst + off + 16 * kPerRow * i, codes + 16 * kPerRow * i);
+    if (xq < 2) cp_async16(g_dst + off, g_src + 16 * s);
+    if (xq == 0) cp_async4(xd_dst + off, xd_src + s);
+  }
+};
 
 // Step s's raw weights (landed in st) decoded into the shared int8 rows and scales:
 // (row, block, part) units.
@@ -345,8 +411,8 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
   if constexpr (F::kType == DType::Q5_K) load_tiles(qh, &st.raw[at.a_row][16 + at.a_col]);
   int isum[kJ][4] = {};
   // Unrolled where the registers allow (kUnrolled): the runs' loads and products then overlap.
-  // Within 128 registers every tile but the largest (64 activation x 64 weight rows, 236 bytes
-  // spilled a thread) unrolls without spilling (ptxas: 121-128 registers).
+  // Within 128 registers every tile of 32 activation rows or fewer unrolls without spilling
+  // (ptxas: 113-125 registers); those of 64 spilled 160-236 bytes a thread.
 #pragma unroll(kUnrolled ? 4 : 1)
   for (int jp = 0; jp < 4; ++jp) {
     uint32_t q[4], lo[4], hi[4];
@@ -405,8 +471,8 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
 // grid of no more blocks than multiprocessors, and 2 for blocks of 32 weight rows (4 warps),
 // where a thread may hold 255 registers; 4 for blocks of 32 weight rows where more of them must
 // share a multiprocessor: the 16-row activation tile, and the 32- and 64-row tiles of a grid
-// whose last round would leave half the multiprocessors idle. multiply_direct unrolls for every
-// tile but the 64 x 64 one.
+// whose last round would leave half the multiprocessors idle. multiply_direct unrolls for
+// activation tiles of 32 rows or fewer.
 template <class F, int kTokens, int kR, int kMinBlocks>
 __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel(GemmArgs a) {
   allow_next_kernel();
@@ -423,14 +489,15 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
   constexpr int kAcc = Tl::kKQuant ? 1 : 4;
   float acc[kAcc][kJ][4] = {};
   const int steps = (a.blocks + Tl::kBlocks - 1) / Tl::kBlocks;
-  const CopyRows rows = copy_rows<kTokens, kR>(a, n0, t0);
+  using Copies = std::conditional_t<Tl::kDirect, DirectCopies<F, kTokens, kR>, StepCopies<F, kTokens, kR>>;
+  const Copies copies(a, sh.stage, n0, t0);
   // The first steps' weights are asked for before the wait (no kernel writes them); each
   // step's copies are one cp.async group, steps kStages - 1 ahead of the one being multiplied.
   for (int p = 0; p < kStages - 1; ++p)
-    if (p < steps) copy_step_weights<F>(a, rows, sh.stage[p], p);
+    if (p < steps) copies.weights(p, p);
   wait_for_inputs();
   for (int p = 0; p < kStages - 1; ++p) {
-    if (p < steps) copy_step_activations<F, kTokens, kR>(a, rows, sh.stage[p], p);
+    if (p < steps) copies.activations(p, p);
     cp_async_commit();
   }
   for (int s = 0; s < steps; ++s) {
@@ -439,13 +506,13 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
     __syncthreads();
     const int ahead = s + kStages - 1;
     if (ahead < steps) {
-      copy_step_weights<F>(a, rows, sh.stage[ahead % kStages], ahead);
-      copy_step_activations<F, kTokens, kR>(a, rows, sh.stage[ahead % kStages], ahead);
+      copies.weights(ahead, ahead % kStages);
+      copies.activations(ahead, ahead % kStages);
     }
     cp_async_commit();
     const auto& st = sh.stage[s % kStages];
     if constexpr (Tl::kDirect) {
-      multiply_direct<F, kTokens, kR, kTokens * kR < kMaxTokens * kRows || kMinBlocks == 1>(st, at, acc[0]);
+      multiply_direct<F, kTokens, kR, (kTokens < kMaxTokens)>(st, at, acc[0]);
     } else {
       decode_step<F>(a, st, sh, s);
       __syncthreads();

@@ -6,15 +6,20 @@
 
 namespace cellm::cuda::exact {
 
-// 16 bytes global -> shared without passing through registers (both 16-byte aligned).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+// 16 bytes global -> shared without passing through registers (both 16-byte aligned), to a
+// shared-window address (__cvta_generic_to_shared's) or a generic pointer.
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
 }
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  cp_async16(static_cast<unsigned>(__cvta_generic_to_shared(smem)), gmem);
+}
 // 4 bytes global -> shared (both 4-byte aligned), through L1.
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+__device__ __forceinline__ void cp_async4(unsigned dst, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  cp_async4(static_cast<unsigned>(__cvta_generic_to_shared(smem)), gmem);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
