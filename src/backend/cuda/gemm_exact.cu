@@ -155,7 +155,8 @@ struct GemmArgs {
 // them. The row addresses are worked out once; a step only adds its offset (per-step address
 // arithmetic and per-row loops cost more instructions than the multiply, measured by ncu).
 // Addressing the stages by 32-bit shared offsets worked out once as well changed nothing
-// (H200, Q4_K 14336 x 4096 at 512 rows: 0.395 -> 0.398 ms; llama3-8b b64 within noise).
+// (H200, Q4_K 14336 x 4096 at 512 rows: 0.395 -> 0.398 ms; llama3-8b b64 within noise); once
+// the mins left Q4_K/Q5_K's product loop it paid there (DirectCopies).
 struct CopyRows {
   const uint8_t* w;    // this thread's weight row
   const int8_t* x;     // its activation row's codes
@@ -262,19 +263,18 @@ struct DirectCopies {
   int q, xq;
   bool padding;  // the tile row is past the last activation row (copy_step_activations)
 
+  // The rows and first chunks are copy_rows' (the general copies'); only the addressing differs.
   __device__ DirectCopies(const GemmArgs& a, St* stages, int64_t n0, int64_t t0) {
-    const int r = threadIdx.x / 4, xr = threadIdx.x / kPerRow;
-    q = threadIdx.x % 4, xq = threadIdx.x % kPerRow;
-    w_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].raw[r][16 * q]));
-    x_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].x[xr][16 * xq]));
-    xd_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].xd[0][xr]));
-    g_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].groups[xr][8 * (xq % 2)]));
-    w_src = a.w + static_cast<size_t>(min(n0 + r, a.n - 1)) * a.w_stride + 16 * q;
-    padding = t0 + xr >= a.tokens;
-    const int64_t t = min(t0 + xr, a.tokens - 1);
-    x_src = a.act.codes + t * a.act.row_stride + 16 * xq;
-    xd_src = a.act.scales + t * a.blocks;
-    g_src = a.act.group_sums + t * (int64_t{a.blocks} * 16) + 8 * (xq % 2);
+    const CopyRows c = copy_rows<kTokens, kR>(a, n0, t0);
+    q = c.q, xq = c.xq, padding = c.padding;
+    w_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].raw[c.r][16 * q]));
+    x_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].x[c.xr][16 * xq]));
+    xd_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].xd[0][c.xr]));
+    g_dst = static_cast<unsigned>(__cvta_generic_to_shared(&stages[0].groups[c.xr][8 * (xq % 2)]));
+    w_src = c.w + 16 * q;
+    x_src = c.x + 16 * xq;
+    xd_src = a.act.scales + c.t * a.blocks;
+    g_src = a.act.group_sums + c.t * (int64_t{a.blocks} * 16) + 8 * (xq % 2);
   }
   __device__ void weights(int s, int k) const {
     const unsigned dst = w_dst + k * static_cast<unsigned>(sizeof(St));
