@@ -470,15 +470,18 @@ __device__ __forceinline__ void multiply_direct(const Stage<F, kTokens, kR>& st,
 // kMinBlocks: the blocks a multiprocessor must hold (choose_gemm_tile): kBlocksPerSm; 1 for a
 // grid of no more blocks than multiprocessors, and 2 for blocks of 32 weight rows (4 warps),
 // where a thread may hold 255 registers; 4 for blocks of 32 weight rows where more of them must
-// share a multiprocessor: the 16-row activation tile, and the 32- and 64-row tiles of a grid
-// whose last round would leave half the multiprocessors idle. multiply_direct unrolls for
-// activation tiles of 32 rows or fewer.
+// share a multiprocessor: the 16-row activation tile, and the 32-row tiles of a grid whose last
+// round would leave half the multiprocessors idle. multiply_direct unrolls where a thread may
+// hold 255 registers, and for activation tiles of 32 rows or fewer.
 template <class F, int kTokens, int kR, int kMinBlocks>
 __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel(GemmArgs a) {
   allow_next_kernel();
   using Tl = Tile<F, kR>;
   static_assert(Tl::kDirect || kR == kRows, "only Q4_K/Q5_K have 32-row weight tiles");
   constexpr int kJ = kTokens / 16;  // the warp's tiles of 8 activation rows
+  // multiply_direct unrolls where it does not spill: tiles of 32 activation rows or fewer
+  // within 128 registers, and any tile whose blocks a multiprocessor holds leave a thread 255.
+  constexpr bool kUnrolled = kTokens < kMaxTokens || kThreadsFor<kR> * kMinBlocks <= 256;
   extern __shared__ __align__(16) uint8_t smem[];
   auto& sh = *reinterpret_cast<Shared<F, kTokens, kR>*>(smem);
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokens;
@@ -512,7 +515,7 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
     cp_async_commit();
     const auto& st = sh.stage[s % kStages];
     if constexpr (Tl::kDirect) {
-      multiply_direct<F, kTokens, kR, (kTokens < kMaxTokens)>(st, at, acc[0]);
+      multiply_direct<F, kTokens, kR, kUnrolled>(st, at, acc[0]);
     } else {
       decode_step<F>(a, st, sh, s);
       __syncthreads();
@@ -607,7 +610,7 @@ void launch_tile(const GemmTile& tile, const GemmArgs& args, cudaStream_t stream
     if (tile == GemmTile{kMaxTokens / 2, kRows / 2, 2}) return launch_tokens<F, kMaxTokens / 2, 2, kRows / 2>(args, stream);
     if (tile == GemmTile{kMaxTokens / 2, kRows, 1}) return launch_tokens<F, kMaxTokens / 2, 1>(args, stream);
     if (tile == GemmTile{kMaxTokens / 2, kRows / 2, 4}) return launch_tokens<F, kMaxTokens / 2, 4, kRows / 2>(args, stream);
-    if (tile == GemmTile{kMaxTokens, kRows / 2, 4}) return launch_tokens<F, kMaxTokens, 4, kRows / 2>(args, stream);
+    if (tile == GemmTile{kMaxTokens, kRows, 1}) return launch_tokens<F, kMaxTokens, 1>(args, stream);
   }
   if (tile == GemmTile{kMaxTokens / 2, kRows, kBlocksPerSm}) return launch_tokens<F, kMaxTokens / 2>(args, stream);
   if (tile == GemmTile{kMaxTokens, kRows, kBlocksPerSm}) return launch_tokens<F, kMaxTokens>(args, stream);
@@ -619,13 +622,26 @@ void launch_tile(const GemmTile& tile, const GemmArgs& args, cudaStream_t stream
 
 void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream) {
+  launch_gemm_quantized_tile(q, tokens, w, bias, out,
+                             choose_gemm_tile(tokens, w.rows, sm_count, gemm_direct_format(w.dtype)), stream);
+}
+
+bool gemm_direct_format(DType type) {
+  bool direct = false;
+  visit_exact_format(type, [&]<class F>(F) { direct = Tile<F>::kDirect; });
+  return direct;
+}
+
+void launch_gemm_quantized_tile(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
+                                const TensorRef& out, const GemmTile& tile, cudaStream_t stream) {
   if (tokens == 0 || w.rows == 0) return;
-  if ((w.rows + kRows - 1) / kRows > 65535) fail(ErrorCode::Unsupported, "exact gemm: ", w.rows, " weight rows");
+  if ((w.rows + tile.weight_rows - 1) / tile.weight_rows > 65535)
+    fail(ErrorCode::Unsupported, "exact gemm: ", w.rows, " weight rows in tiles of ", tile.weight_rows);
   GemmArgs args{static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, 0, q, tokens,
                 static_cast<float*>(out.data), out.row_stride / sizeof(float), bias};
   const bool known = visit_exact_format(w.dtype, [&]<class F>(F) {
     args.blocks = static_cast<int>(w.cols / F::kElems);
-    launch_tile<F>(choose_gemm_tile(tokens, w.rows, sm_count, Tile<F>::kDirect), args, stream);
+    launch_tile<F>(tile, args, stream);
   });
   if (!known) fail(ErrorCode::Internal, "exact gemm: no kernel for ", dtype_name(w.dtype));
 }

@@ -17,10 +17,18 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Q4_K/Q5_K (multiply_direct) take 16 for 16 rows or fewer: H100, 14336 x 4096 at 16 rows
 // 0.0646 -> 0.0307 ms. At 64 rows 16 lost to 32 (4096 x 4096 0.0256 -> 0.0285 ms, as 256 blocks
 // of 16 against 128 of 32).
+// Q4_K/Q5_K past 64 rows also take 32 where tiles of 64 would pad a quarter of their rows or
+// more and tiles of 32 less (H200, 96 rows: q/k/v 0.0413 ms as 32 x 64 tiles against 0.0454 as
+// 64 x 64, gate+up 0.1346 against 0.1413; at 128 rows, no padding either way, 64 x 64 won
+// gate+up 0.1463 against 0.1693).
 int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool direct) {
   if (direct && tokens <= kMaxTokens / 4) return kMaxTokens / 4;
   const int64_t blocks = ceil_div(tokens, kMaxTokens) * ceil_div(weight_rows, kRows);
-  return tokens <= kMaxTokens / 2 || blocks < sm_count ? kMaxTokens / 2 : kMaxTokens;
+  if (tokens <= kMaxTokens / 2 || blocks < sm_count) return kMaxTokens / 2;
+  const int64_t padded_64 = ceil_div(tokens, kMaxTokens) * kMaxTokens;
+  const int64_t padded_32 = ceil_div(tokens, kMaxTokens / 2) * (kMaxTokens / 2);
+  if (direct && 4 * (padded_64 - padded_32) >= padded_64) return kMaxTokens / 2;
+  return kMaxTokens;
 }
 
 }  // namespace
@@ -50,15 +58,39 @@ GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, boo
     if (grid <= sm_count) return {per_block, kRows, 1};
   }
   // One round of two blocks a multiprocessor whose second blocks would go to half the
-  // multiprocessors or fewer: blocks of 32 weight rows (4 warps, four a multiprocessor), so that
-  // the busiest one has fewer warps' tiles (llama3-8b's q/k/v at 64 rows: 192 blocks of 8 warps
-  // put 16 on 60 SMs and 8 on the others; 384 of 4 put at most 12). H100, kernel trace of a
-  // batch-64 step, one run: q/k/v 34.66 -> 28.27 us a call. Grids of more rounds keep 64 rows:
-  // gate+up at 64 rows (448 blocks) took 119.95 -> 140.52 us as 896 blocks of 32 (these tiles do
-  // not unroll within 128 registers).
+  // multiprocessors or fewer, so that the busiest one has fewer warps' tiles (llama3-8b's q/k/v
+  // at 64 rows: 192 blocks of 8 warps put 16 on 60 SMs and 8 on the others):
+  //  - 32-row activation tiles whose rows fit one 64 x 64 tile a multiprocessor, unrolled (255
+  //    registers): q/k/v at 40-64 rows (96 blocks). H200, one run (CudaMatmulPerf.Llama3_8BTiles),
+  //    ms at 40 / 48 / 56 / 64 rows: 0.0276 / 0.0283 / 0.0301 / 0.0294 as 384 blocks of 32 x 32
+  //    -> 0.0240 / 0.0257 / 0.0269 / 0.0282; at 96 rows down 0.0909 -> 0.0884, but o 0.0276 ->
+  //    0.0280;
+  //  - other 32-row activation tiles: blocks of 32 weight rows (4 warps, four a multiprocessor).
+  //    H100, kernel trace of a batch-64 step, one run: q/k/v 34.66 -> 28.27 us a call, before
+  //    the 64 x 64 tiles of one block a multiprocessor existed;
+  //  - 64-row activation tiles: 32-row ones of 64 weight rows, where 64 x 32 tiles of four blocks
+  //    a multiprocessor (which do not unroll within 128 registers) were taken before. H200, q/k/v
+  //    at 128 rows: 0.0598 -> 0.0418 ms.
+  // Grids of more rounds keep 64 weight rows: gate+up at 64 rows (448 blocks) took 119.95 ->
+  // 140.52 us as 896 blocks of 32 (H100).
   const int64_t last_round = grid % sm_count;
-  if (grid < 2 * int64_t{sm_count} && last_round != 0 && 2 * last_round <= sm_count) return {per_block, kRows / 2, 4};
+  if (grid < 2 * int64_t{sm_count} && last_round != 0 && 2 * last_round <= sm_count) {
+    if (per_block == kMaxTokens) return {kMaxTokens / 2, kRows, kBlocksPerSm};
+    if (ceil_div(tokens, kMaxTokens) * ceil_div(weight_rows, kRows) <= sm_count) return {kMaxTokens, kRows, 1};
+    return {per_block, kRows / 2, 4};
+  }
   return {per_block, kRows, kBlocksPerSm};
+}
+
+std::span<const GemmTile> gemm_tiles(bool direct) {
+  // Tiles that lost everywhere the rule could pick them are left out: 64 x 32 of four blocks
+  // a multiprocessor, and of two (unrolled). H200, CudaMatmulPerf.Llama3_8BTiles at 9-128 rows of
+  // llama3-8b's four products, one run: never within 2% of the best tile.
+  static constexpr GemmTile kDirect[] = {{16, 64, 2}, {16, 32, 4}, {32, 32, 2}, {32, 64, 1},
+                                         {32, 32, 4}, {32, 64, 2}, {64, 64, 2}, {64, 64, 1}};
+  static constexpr GemmTile kOther[] = {{32, 64, 2}, {64, 64, 2}};
+  if (direct) return kDirect;
+  return kOther;
 }
 
 }  // namespace cellm::cuda

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace cellm::cuda {
 
@@ -25,5 +26,10 @@ struct GemmTile {
 // the 16-row activation tiles and the 32-row weight tiles; other formats take 64 x 64 or
 // 32 x 64, two blocks a multiprocessor.
 GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, bool direct);
+
+// Every tile gemm_exact.cu has a kernel for (`direct`: Q4_K/Q5_K's), each the rule's choice for
+// some shape (CudaGemmTile tests), so that tests can run each and a benchmark
+// (CudaMatmulPerf.Llama3_8BTiles) can time each against the rule's choice.
+std::span<const GemmTile> gemm_tiles(bool direct);
 
 }  // namespace cellm::cuda

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_tile.h"
 #include "backend/cuda/matmul_kernels.h"
 
 namespace cellm::cuda {
@@ -60,9 +61,16 @@ bool gemv_one_token_supported(const TensorRef& w);
 int64_t gemv_one_token_max_rows(const TensorRef& w);
 void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
-// The tensor-core kernel for many activation rows (gemm_exact.cu): the same results.
+// The tensor-core kernel for many activation rows (gemm_exact.cu): the same results, in the
+// tile choose_gemm_tile picks for these weights on `sm_count` multiprocessors.
 void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
+// The same in a given tile, one of gemm_tiles(gemm_direct_format(w.dtype)) (tests and tile
+// benchmarks; any other fails with an Internal error).
+void launch_gemm_quantized_tile(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
+                                const TensorRef& out, const GemmTile& tile, cudaStream_t stream);
+// Whether the weights take gemm_exact.cu's direct Q4_K/Q5_K kernel and its extra tiles.
+bool gemm_direct_format(DType type);
 void launch_gemv_float(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out, int sm_count,
                        cudaStream_t stream);
 

@@ -74,6 +74,8 @@ class DeviceBuffer {
   T* as() const {
     return static_cast<T*>(data_);
   }
+  // Every byte set to `byte` (0xFF: every float a NaN, so an output never written shows).
+  void fill(uint8_t byte) { gpu_.upload(data_, std::vector<uint8_t>(bytes_, byte).data(), bytes_); }
   template <typename T>
   std::vector<T> download(size_t count) const {
     std::vector<T> host(count);

@@ -12,6 +12,7 @@
 #include <deque>
 #include <cstdlib>
 #include <filesystem>
+#include <span>
 #include <vector>
 
 #include "../../common/test_models.h"
@@ -240,31 +241,31 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
   }
 }
 
-// Activation rows and the multiprocessor counts the tensor-core kernel is run with below, for
-// 200 weight rows (4 blocks of 64): between them they reach every tile choose_gemm_tile picks
-// (CudaGemmTile.TheManyStepsCasesReachEveryTile).
-struct TileCase {
-  int64_t tokens;
-  std::vector<int> sm_counts;
-};
-constexpr int64_t kManyStepsWeightRows = 200;
-std::vector<TileCase> many_steps_cases() { return {{70, {1, 6, 10, 20, 100000}}, {40, {5}}, {13, {1, 10}}}; }
-
-TEST(CudaGemmTile, TheManyStepsCasesReachEveryTile) {
-  std::vector<GemmTile> direct, other;
-  for (const TileCase& c : many_steps_cases()) {
-    for (const int sm_count : c.sm_counts) {
-      direct.push_back(choose_gemm_tile(c.tokens, kManyStepsWeightRows, sm_count, true));
-      other.push_back(choose_gemm_tile(c.tokens, kManyStepsWeightRows, sm_count, false));
+// The rule picks only tiles gemm_exact.cu has a kernel for (launch_gemm_quantized_tile fails
+// with an Internal error on any other), and every kernel is its pick somewhere (none is dead
+// weight), over activation rows from one decode row to prefill chunks, weight rows from a
+// sliver to a vocabulary, and GPUs from 1 to 1000 multiprocessors.
+TEST(CudaGemmTile, TheRuleChoosesTilesThatHaveKernelsAndEveryOne) {
+  for (const bool direct : {true, false}) {
+    const std::span<const GemmTile> tiles = gemm_tiles(direct);
+    std::vector<bool> chosen(tiles.size(), false);
+    for (int64_t tokens = 1; tokens <= 600; ++tokens) {
+      for (const int64_t rows : {1, 31, 64, 200, 576, 4096, 6144, 28672, 128256}) {
+        for (const int sms : {1, 6, 10, 20, 66, 78, 114, 132, 1000}) {
+          const GemmTile t = choose_gemm_tile(tokens, rows, sms, direct);
+          const auto found = std::find(tiles.begin(), tiles.end(), t);
+          if (found != tiles.end()) chosen[found - tiles.begin()] = true;
+          EXPECT_NE(found, tiles.end())
+              << (direct ? "Q4_K/Q5_K" : "other formats") << ": no kernel for " << t.activation_rows << " x "
+              << t.weight_rows << " / " << t.min_blocks << " (tokens " << tokens << ", rows " << rows << ", " << sms
+              << " SMs)";
+        }
+      }
     }
+    for (size_t i = 0; i < tiles.size(); ++i)
+      EXPECT_TRUE(chosen[i]) << (direct ? "Q4_K/Q5_K" : "other formats") << ": tile " << tiles[i].activation_rows
+                             << " x " << tiles[i].weight_rows << " / " << tiles[i].min_blocks << " is never chosen";
   }
-  const std::vector<GemmTile> every_direct = {{16, 64, 2}, {16, 32, 4}, {32, 32, 2}, {32, 64, 1},
-                                              {32, 32, 4}, {32, 64, 2}, {64, 32, 4}, {64, 64, 2}};
-  for (const GemmTile& t : every_direct)
-    EXPECT_NE(std::find(direct.begin(), direct.end(), t), direct.end())
-        << "Q4_K/Q5_K tile " << t.activation_rows << " x " << t.weight_rows << " / " << t.min_blocks << " not reached";
-  for (const GemmTile& t : std::vector<GemmTile>{{32, 64, 2}, {64, 64, 2}})
-    EXPECT_NE(std::find(other.begin(), other.end(), t), other.end()) << t.activation_rows << " x 64 not reached";
 }
 
 // The rule on llama3-8b's shapes on an H100's 132 multiprocessors (the figures that chose it
@@ -275,10 +276,19 @@ TEST(CudaGemmTile, Llama3_8BShapes) {
   // 64 of 132 multiprocessors with blocks of 64 weight rows, so they take 32.
   EXPECT_EQ(choose_gemm_tile(16, 4096, sms, true), (GemmTile{16, 32, 4}));
   EXPECT_EQ(choose_gemm_tile(16, 28672, sms, true), (GemmTile{16, 64, 2}));
-  // 64 sequences: q/k/v's 192 blocks of 64 x 64 would leave 72 multiprocessors idle in their
-  // last round; o's 128 blocks of 32 x 64 fill one round.
-  EXPECT_EQ(choose_gemm_tile(64, 6144, sms, true), (GemmTile{32, 32, 4}));
+  // 64 sequences: q/k/v's 192 blocks of 32 x 64 would leave 72 multiprocessors idle in their
+  // last round, and its 96 blocks of 64 x 64 fit one a multiprocessor; o's 128 blocks of 32 x 64
+  // fill one round.
+  EXPECT_EQ(choose_gemm_tile(64, 6144, sms, true), (GemmTile{64, 64, 1}));
+  EXPECT_EQ(choose_gemm_tile(40, 6144, sms, true), (GemmTile{64, 64, 1}));
   EXPECT_EQ(choose_gemm_tile(64, 4096, sms, true), (GemmTile{32, 64, 1}));
+  // 96 sequences: tiles of 64 would pad a third of their rows; 128: q/k/v's 192 blocks of
+  // 64 x 64 would leave 72 multiprocessors idle, so 384 of 32 x 64.
+  EXPECT_EQ(choose_gemm_tile(96, 6144, sms, true), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(96, 28672, sms, true), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(128, 6144, sms, true), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(128, 28672, sms, true), (GemmTile{64, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(96, 6144, sms, false), (GemmTile{64, 64, 2}));
   // gate+up's grids are rounds enough: 448 blocks of 64 x 64 at 64 sequences, of 32 x 64 at 32.
   EXPECT_EQ(choose_gemm_tile(64, 28672, sms, true), (GemmTile{64, 64, 2}));
   EXPECT_EQ(choose_gemm_tile(32, 28672, sms, true), (GemmTile{32, 64, 2}));
@@ -294,18 +304,19 @@ TEST(CudaGemmTile, Llama3_8BShapes) {
 
 // The tensor-core kernel copies steps of 256 elements ahead of the one it multiplies, into a
 // ring of stage buffers: a long K wraps the ring several times (11 steps; 12 for the 32-element
-// formats, the last of one block), and tiles partial in both weight rows and tokens (the last
-// of 7 blocks of 16 activation rows at 13 rows has 8). many_steps_cases runs every tile.
+// formats, the last of one block), and tiles partial in both weight rows and tokens (200 weight
+// rows: the last block of 64 has 8; 13 activation rows: the last of 16 has 13, 40 of 32 has 8).
+// Every tile with a kernel runs every case, whichever the rule would pick.
 TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
   CELLM_REQUIRE_GPU(gpu);
-  const int64_t N = kManyStepsWeightRows;
+  const int64_t N = 200;
   for (DType type : weight_formats()) {
     ActivationFormat format;
     if (!activation_format_for(type, format)) continue;
     const int64_t K = dtype_info(type).block_size == 256 ? 2816 : 2848;
     HostWeight w = quantized_weight(type, random_rows(N, K, 107, 0.05f));
     const TensorRef placed = gpu.place_weight(w.ref(), "w");
-    for (const auto& [T, sm_counts] : many_steps_cases()) {
+    for (const int64_t T : {70, 40, 13}) {
       const Rows x = random_rows(T, K, 108);
       const Reference ref = reference_product(w, x, {});
       const std::vector<float> cpu = cpu_product(w, x, {});
@@ -313,11 +324,13 @@ TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
       DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
       launch_quantize_activations(Rows::device_ref(d_x, T, K), format, q, gpu.stream());
-      for (const int sm_count : sm_counts) {
-        launch_gemm_quantized(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), sm_count, gpu.stream());
+      for (const GemmTile& tile : gemm_tiles(gemm_direct_format(type))) {
+        d_out.fill(0xFF);  // NaN: an output the tile leaves unwritten fails
+        launch_gemm_quantized_tile(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), tile, gpu.stream());
         const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));
         const std::string what = std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" +
-                                 std::to_string(T) + " sm_count=" + std::to_string(sm_count);
+                                 std::to_string(T) + " tile " + std::to_string(tile.activation_rows) + " x " +
+                                 std::to_string(tile.weight_rows) + " / " + std::to_string(tile.min_blocks);
         expect_within(got, std::vector<double>(cpu.begin(), cpu.end()), ref.magnitude, kExactBound, what);
         if (cpu_runs_avx512()) {
           EXPECT_EQ(identical(got, cpu), got.size()) << what;

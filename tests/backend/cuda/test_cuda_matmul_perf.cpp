@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 
+#include "backend/cuda/gemm_tile.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/matmul.h"
 #include "cuda_test_support.h"
 #include "perf_support.h"
@@ -113,6 +115,54 @@ TEST(CudaMatmulPerf, Llama3_8BBatch64) {
   const Shape shapes[] = {{"attn qkv", 6144, 4096}, {"attn o", 4096, 4096}, {"ffn gate+up", 28672, 4096},
                           {"ffn down", 4096, 14336}};
   for (const Shape& s : shapes) measure(gpu, DType::Q4_K, s, {64});
+}
+
+// Batch-64 decode's largest products in each format the tensor-core kernel takes: Q4_K/Q5_K
+// multiply their raw super-blocks (multiply_direct), the others decode each step to int8 rows
+// first. Real Q4_K_M files hold Q6_K matrices, the default model Q4_1.
+TEST(CudaMatmulPerf, Llama3_8BBatch64Formats) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const Shape shapes[] = {{"ffn gate+up", 28672, 4096}, {"ffn down", 4096, 14336}};
+  for (DType type : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q4_1})
+    for (const Shape& s : shapes) measure(gpu, type, s, {64});
+}
+
+// Every Q4_K tile of the tensor-core kernel at llama3-8b's decode shapes, the rule's choice
+// (choose_gemm_tile) marked: the figures that tune the rule (gemm_tile.cpp).
+TEST(CudaMatmulPerf, Llama3_8BTiles) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const Shape shapes[] = {{"attn qkv", 6144, 4096}, {"attn o", 4096, 4096}, {"ffn gate+up", 28672, 4096},
+                          {"ffn down", 4096, 14336}};
+  const DType type = DType::Q4_K;
+  for (const Shape& s : shapes) {
+    const size_t bytes = row_bytes(type, s.k) * static_cast<size_t>(s.n);
+    const size_t copies = std::max<size_t>(1, (size_t{320} << 20) / bytes + 1);  // several times the L2
+    std::vector<uint8_t> host = random_weight_bytes(bytes, 7);
+    std::vector<TensorRef> w;
+    for (size_t c = 0; c < copies; ++c)
+      w.push_back(gpu.place_weight({host.data(), type, s.n, s.k, row_bytes(type, s.k)}, "perf"));
+    for (const int64_t T : {9, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256}) {
+      const Rows x = random_rows(T, s.k, 5);
+      DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * s.n) * sizeof(float));
+      DeviceBuffer d_q(gpu, quantized_activation_bytes(T, s.k));
+      const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, s.k);
+      launch_quantize_activations(Rows::device_ref(d_x, T, s.k), ActivationFormat::Q8_K, q, gpu.stream());
+      const GemmTile chosen = choose_gemm_tile(T, s.n, gpu.sm_count(), true);
+      for (const GemmTile& tile : gemm_tiles(true)) {
+        size_t next = 0;
+        const double ms = median_ms(gpu, [&] {
+          launch_gemm_quantized_tile(q, T, w[next], nullptr, Rows::device_ref(d_out, T, s.n), tile, gpu.stream());
+          next = (next + 1) % w.size();
+        });
+        std::printf("[ tile ] %-12s N=%-6lld K=%-5lld T=%-4lld %2d x %2d / %d %9.4f ms%s\n", s.name,
+                    static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(T),
+                    tile.activation_rows, tile.weight_rows, tile.min_blocks, ms, tile == chosen ? "  <- rule" : "");
+      }
+    }
+    for (const TensorRef& c : w) gpu.release(c.data);
+  }
 }
 
 }  // namespace
