@@ -48,19 +48,37 @@ struct Shape {
   int64_t n, k;
 };
 
-void measure(CudaBackend& gpu, DType type, const Shape& s, const std::vector<int64_t>& row_counts) {
-  const size_t stride = (row_bytes(type, s.k) + 15) / 16 * 16;
-  const size_t bytes = stride * static_cast<size_t>(s.n);
-  const size_t copies = std::max<size_t>(1, (size_t{320} << 20) / bytes + 1);  // several times the L2
-  std::vector<uint8_t> host = random_weight_bytes(row_bytes(type, s.k) * static_cast<size_t>(s.n), 7);
+// Random weights of shape s placed on the GPU, and copies of them enough to fill several times
+// the L2, for calls to rotate over. Freed by the destructor.
+struct RotatingWeights {
+  CudaBackend& gpu;
   std::vector<TensorRef> w;
-  w.push_back(gpu.place_weight({host.data(), type, s.n, s.k, row_bytes(type, s.k)}, "perf"));
-  for (size_t c = 1; c < copies; ++c) {
-    TensorRef copy = w[0];
-    copy.data = gpu.allocate(bytes, "perf copy");
-    cudaMemcpyAsync(copy.data, w[0].data, bytes, cudaMemcpyDeviceToDevice, gpu.stream());
-    w.push_back(copy);
+  size_t bytes = 0;  // one copy's
+  RotatingWeights(CudaBackend& g, DType type, const Shape& s) : gpu(g) {
+    const size_t stride = (row_bytes(type, s.k) + 15) / 16 * 16;
+    bytes = stride * static_cast<size_t>(s.n);
+    const size_t copies = std::max<size_t>(1, (size_t{320} << 20) / bytes + 1);
+    std::vector<uint8_t> host = random_weight_bytes(row_bytes(type, s.k) * static_cast<size_t>(s.n), 7);
+    w.push_back(gpu.place_weight({host.data(), type, s.n, s.k, row_bytes(type, s.k)}, "perf"));
+    for (size_t c = 1; c < copies; ++c) {
+      TensorRef copy = w[0];
+      copy.data = gpu.allocate(bytes, "perf copy");
+      cudaMemcpyAsync(copy.data, w[0].data, bytes, cudaMemcpyDeviceToDevice, gpu.stream());
+      w.push_back(copy);
+    }
   }
+  ~RotatingWeights() {
+    for (size_t c = 1; c < w.size(); ++c) gpu.release(w[c].data);
+    gpu.release(w[0].data);
+  }
+  RotatingWeights(const RotatingWeights&) = delete;
+  RotatingWeights& operator=(const RotatingWeights&) = delete;
+};
+
+void measure(CudaBackend& gpu, DType type, const Shape& s, const std::vector<int64_t>& row_counts) {
+  const RotatingWeights weights(gpu, type, s);
+  const std::vector<TensorRef>& w = weights.w;
+  const size_t bytes = weights.bytes;
   for (int64_t T : row_counts) {
     const Rows x = random_rows(T, s.k, 5);
     DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * s.n) * sizeof(float));
@@ -75,8 +93,6 @@ void measure(CudaBackend& gpu, DType type, const Shape& s, const std::vector<int
                 static_cast<long long>(s.k), static_cast<long long>(T), ms, bytes / ms / 1e9,
                 2.0 * T * s.n * s.k / ms / 1e9);
   }
-  for (size_t c = 1; c < w.size(); ++c) gpu.release(w[c].data);
-  gpu.release(w[0].data);
 }
 
 TEST(CudaMatmulPerf, Llama3_8BShapes) {
@@ -137,12 +153,8 @@ TEST(CudaMatmulPerf, Llama3_8BTiles) {
                           {"ffn down", 4096, 14336}};
   const DType type = DType::Q4_K;
   for (const Shape& s : shapes) {
-    const size_t bytes = row_bytes(type, s.k) * static_cast<size_t>(s.n);
-    const size_t copies = std::max<size_t>(1, (size_t{320} << 20) / bytes + 1);  // several times the L2
-    std::vector<uint8_t> host = random_weight_bytes(bytes, 7);
-    std::vector<TensorRef> w;
-    for (size_t c = 0; c < copies; ++c)
-      w.push_back(gpu.place_weight({host.data(), type, s.n, s.k, row_bytes(type, s.k)}, "perf"));
+    const RotatingWeights weights(gpu, type, s);
+    const std::vector<TensorRef>& w = weights.w;
     for (const int64_t T : {9, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256}) {
       const Rows x = random_rows(T, s.k, 5);
       DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * s.n) * sizeof(float));
@@ -161,7 +173,6 @@ TEST(CudaMatmulPerf, Llama3_8BTiles) {
                     tile.activation_rows, tile.weight_rows, tile.min_blocks, ms, tile == chosen ? "  <- rule" : "");
       }
     }
-    for (const TensorRef& c : w) gpu.release(c.data);
   }
 }
 
