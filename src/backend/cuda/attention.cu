@@ -236,10 +236,13 @@ struct Shared {
   int* next_cell;    // [kChunk] the same for the chunk after (ChunkCells)
   uint4* v;          // [stage_cells][V row]
   char* k;           // [kChunk][k_row_bytes] K rows
+  const uint64_t* exp_table;  // libm::kExp2fTable's copy (the kernel's static shared memory)
 };
 
-__device__ __forceinline__ Shared carve(unsigned char* smem, int heads, int hd, int k_stage_offset, int first_head) {
+__device__ __forceinline__ Shared carve(unsigned char* smem, int heads, int hd, int k_stage_offset, int first_head,
+                                        const uint64_t* exp_table) {
   Shared s;
+  s.exp_table = exp_table;
   float* q = reinterpret_cast<float*>(smem);
   float* w = q + heads * hd;
   float* chunk_max = w + heads * kChunk;
@@ -298,15 +301,24 @@ __host__ __device__ constexpr int column_count(int hd) { return hd <= kThreads ?
 
 // This thread's list entry of `chunk` of row t (at position pos): the entry's pool row if its
 // cell is visible, -1 if it is absent or not visible, and -2 - row for a visible cell at or past
-// fresh_from (one the step may be writing now: copied only after the wait).
+// fresh_from (one the step may be writing now: copied only after the wait). In three parts, so
+// that a pipeline of chunks can have the two dependent loads in flight while it computes:
+// entry_page (the page list's entry), entry_pool_row (the cell) and entry_of (its position).
+__device__ __forceinline__ int entry_page(const Args& a, int first_page, int chunk, int n_entries) {
+  const int lin = chunk * kChunk + group_thread();
+  return lin < n_entries ? a.pages[first_page + lin / a.page_size] : -1;
+}
+__device__ __forceinline__ int entry_pool_row(const Args& a, int page, int chunk) {
+  return page < 0 ? -1 : page * a.page_size + (chunk * kChunk + group_thread()) % a.page_size;
+}
+__device__ __forceinline__ int entry_of(const Args& a, int c, int32_t cp, int32_t pos, int32_t fresh_from) {
+  if (c < 0 || cp > pos || (a.window != 0 && cp <= pos - a.window)) return -1;
+  return cp >= fresh_from ? -2 - c : c;
+}
 __device__ __forceinline__ int entry_cell(const Args& a, int t, int32_t pos, int chunk, int n_entries,
                                           int32_t fresh_from) {
-  const int lin = chunk * kChunk + group_thread();
-  if (lin >= n_entries) return -1;
-  const int c = a.pages[a.page_rows[t] + lin / a.page_size] * a.page_size + lin % a.page_size;
-  const int32_t cp = a.cell_pos[c];
-  if (cp > pos || (a.window != 0 && cp <= pos - a.window)) return -1;
-  return cp >= fresh_from ? -2 - c : c;
+  const int c = entry_pool_row(a, entry_page(a, a.page_rows[t], chunk, n_entries), chunk);
+  return entry_of(a, c, c >= 0 ? a.cell_pos[c] : 0, pos, fresh_from);
 }
 
 // m_c per head (exact in any order), then e_j = expf(s_j - m_c) in place of the scores in s.w,
@@ -323,23 +335,35 @@ __device__ __forceinline__ void chunk_weights(const Shared& s, int heads, bool v
   __syncthreads();
   for (int h = 0; h < heads; ++h) {
     float& w = s.w[h * kChunk + group_thread()];
-    w = visible ? libm::expf_glibc(__fsub_rn(w, s.chunk_max[h])) : 0.0f;
+    w = visible ? libm::expf_glibc(__fsub_rn(w, s.chunk_max[h]), s.exp_table) : 0.0f;
   }
   __syncthreads();
 }
 
 // o_c and l_c of a chunk whose weights are in s.w: the visible cells' V rows, staged, summed in
 // cell order; a column's V value is loaded once for all the heads the thread owns it for. l_c
-// rides along: every thread sums its heads' e_j in cell order (adding the zeros of absent cells
-// changes nothing) and the owner of a head's column 0 stores it - a second chain beside the V
-// sums instead of one thread per head walking the chunk before them.
+// rides along: a second chain of e_j in cell order beside the V sums (adding the zeros of absent
+// cells changes nothing), instead of one thread per head walking the chunk before them. With one
+// head slot every thread sums it and the owner of column 0 stores it. With several (many rows:
+// a block of a KV head's query heads), each warp sums one slot's, slot col / 32, and the owner of
+// column 32 k stores slot k's: a thread adds one l chain a cell instead of one per slot (where
+// head_dim is a multiple of 32 and has a warp of columns for every slot; else every thread sums
+// every slot). The same chain, the same bits. H100, one run, attention_scaling (llama3-8b's
+// layer), ms a step: 64 x 576 cells 0.1162 -> 0.1150, 64 x 2048 0.3197 -> 0.3183: the many-row
+// kernel waits more than it issues.
 template <typename E, int kHeadSlots, int kCols>
 struct ChunkSums {
   const float* w_of[kHeadSlots];
   float l[kHeadSlots];
   int col_of[kCols];
+  // The spread sums: this thread's slot (col / 32) and its weights; l_spread its chain.
+  bool spread;
+  int spread_slot;
+  const float* w_spread;
+  float l_spread;
 
-  __device__ __forceinline__ ChunkSums(const Shared& s, const Outputs& m, int heads, float (&o)[kHeadSlots][kCols]) {
+  __device__ __forceinline__ ChunkSums(const Shared& s, const Outputs& m, int heads, int hd,
+                                       float (&o)[kHeadSlots][kCols]) {
 #pragma unroll
     for (int k = 0; k < kHeadSlots; ++k) {
       w_of[k] = s.w + (m.owns(k, heads) ? m.head(k) : 0) * kChunk;  // not owned: computed on head 0, unstored
@@ -349,6 +373,10 @@ struct ChunkSums {
     }
 #pragma unroll
     for (int c = 0; c < kCols; ++c) col_of[c] = c < m.cols ? m.col + c * kThreads : m.col;  // past head_dim: unstored
+    spread = kHeadSlots > 1 && kHeadSlots <= 4 && hd % 32 == 0 && 32 * kHeadSlots <= min(hd, kThreads);
+    spread_slot = m.col / 32;
+    w_spread = s.w + (spread_slot < kHeadSlots && m.owns(spread_slot, heads) ? m.head(spread_slot) : 0) * kChunk;
+    l_spread = 0.0f;
   }
 
   // Cells [s0, s0 + n) of the chunk, whose V rows are staged from v_rows on (n a multiple of 8).
@@ -359,6 +387,14 @@ struct ChunkSums {
   // instructions. Eight cells' loads batch up ahead of their multiply-adds (four left the chain
   // waiting on shared memory).
   __device__ __forceinline__ void add(const void* v_rows, int hd, int s0, int n, float (&o)[kHeadSlots][kCols]) {
+    if (spread)  // warp-uniform
+      add_cells<true>(v_rows, hd, s0, n, o);
+    else
+      add_cells<false>(v_rows, hd, s0, n, o);
+  }
+
+  template <bool kSpread>
+  __device__ __forceinline__ void add_cells(const void* v_rows, int hd, int s0, int n, float (&o)[kHeadSlots][kCols]) {
     constexpr bool kWeightsByFour = kHeadSlots <= 4;  // more would hold 4 * kHeadSlots registers
     const char* v_row = static_cast<const char*>(v_rows);
     const int v_row_bytes = hd * static_cast<int>(sizeof(E));
@@ -369,17 +405,20 @@ struct ChunkSums {
 #pragma unroll
         for (int k = 0; k < kHeadSlots; ++k) w4[k] = *reinterpret_cast<const float4*>(w_of[k] + s0 + c0);
       }
+      float4 ws{};
+      if constexpr (kSpread) ws = *reinterpret_cast<const float4*>(w_spread + s0 + c0);
 #pragma unroll
       for (int u = 0; u < 4; ++u, v_row += v_row_bytes) {
         float v[kCols];
 #pragma unroll
         for (int x = 0; x < kCols; ++x) v[x] = value_at<E>(v_row, col_of[x]);
+        if constexpr (kSpread) l_spread = __fadd_rn(l_spread, u == 0 ? ws.x : u == 1 ? ws.y : u == 2 ? ws.z : ws.w);
 #pragma unroll
         for (int k = 0; k < kHeadSlots; ++k) {
           float w;
           if constexpr (kWeightsByFour) w = u == 0 ? w4[k].x : u == 1 ? w4[k].y : u == 2 ? w4[k].z : w4[k].w;
           else w = w_of[k][s0 + c0 + u];
-          l[k] = __fadd_rn(l[k], w);
+          if constexpr (!kSpread) l[k] = __fadd_rn(l[k], w);
 #pragma unroll
           for (int x = 0; x < kCols; ++x) {
             if constexpr (std::is_same_v<E, __half>) o[k][x] = __fmaf_rn(w, v[x], o[k][x]);
@@ -391,11 +430,23 @@ struct ChunkSums {
   }
 
   __device__ __forceinline__ void store_sums(const Shared& s, const Outputs& m, int heads) const {
+    if (spread) {
+      if (m.col % 32 == 0 && spread_slot < kHeadSlots && m.owns(spread_slot, heads))
+        s.chunk_sum[m.head(spread_slot)] = l_spread;
+      return;
+    }
 #pragma unroll
     for (int k = 0; k < kHeadSlots; ++k)
       if (m.owns(k, heads) && m.col == 0) s.chunk_sum[m.head(k)] = l[k];
   }
 };
+
+// Byte `offset` of pool row `pool_row` (>= 0) from `base`: one 32 x 32 -> 64-bit multiply-add
+// (launch_attention checks that a row's bytes fit 32 bits), where the 64-bit stride had cost
+// four instructions a copy.
+__device__ __forceinline__ const char* row_piece(const char* base, const Args& a, int pool_row, size_t offset) {
+  return base + (static_cast<uint64_t>(static_cast<uint32_t>(pool_row)) * static_cast<uint32_t>(a.row_stride) + offset);
+}
 
 // A thread's share of the copies of a chunk's rows of KV head g to shared memory, in 16-byte
 // pieces, `threads` threads copying: piece `piece` of cells first_cell, first_cell +
@@ -440,29 +491,53 @@ struct RowPieces {
 // bound by their instructions; ncu at 64 x 576: 42% of issue slots, three blocks of 4 warps per
 // SM). Set aside: each warp summing one head's l_c instead of every thread all of its heads'
 // (a quarter of a llama3-8b thread's adds a cell) ran slower, 64 x 2048 0.319 -> 0.341 ms.
+// Stall reasons at 64 x 576 (ncu, H100, stop 44): 2.8 warps of 16 per scheduler (153 registers
+// and 73 KB of shared memory: three blocks per SM), their waits on L2 (long scoreboard) mostly
+// on the entries' lookups and the expf table, on shared memory in the copy loops. The lookups
+// now run ahead (below), the table is in shared memory and the copies take 32-bit row offsets:
+// H100, one run, ms a step, 64 x 576 0.1162 -> 0.1043, 64 x 2048 0.3197 -> 0.2943, 128 x 576
+// 0.1913 -> 0.1749, 32 x 576 0.0667 -> 0.0648 (without the spread sums and constant head sizes
+// of ChunkSums and launch_columns).
 struct ChunkCells {
   int* cell;
   int* next;
   int mine;
+  // The entries' lookups run ahead of the chunks: the page entry of this thread's entry two
+  // chunks on is loaded while a chunk is computed, and the cell's position one chunk on (each
+  // had cost the block a trip to L2, or two, before its scores: ncu, 64 x 576, H100).
+  int first_page;  // the row's first page entry
+  int32_t pos;     // the row's position
+  int stride;      // chunks from one of the block's chunks to its next
+  int page_next;   // the page entry of this thread's entry of the block's next chunk (-1: none)
 };
 
 // The K rows of the visible entries in `cells` into s.k (RowPieces). Commits one group.
+// Measured and set aside (H100, one run, attention_scaling, llama3-8b's layer, ms a step): one
+// bulk copy per K and V row, issued by the row's thread and counted on a barrier per kind of row
+// (the rows of entries that are not visible copied from a zero row), in place of these 16-byte
+// pieces over the block: 64 x 576 cells 0.0992 -> 0.1110, 64 x 2048 0.2806 -> 0.3018, 128 x 576
+// 0.1683 -> 0.1922, and llama3-8b batch-64 prompt 10.7k -> 9.6k tok/s.
 template <typename E>
 __device__ __forceinline__ void stage_k_rows(const Args& a, const Shared& s, const int* cells, int hd, int g) {
   const RowPieces<E> pieces(hd, g, kThreads);
   pieces.for_cells(kChunk, [&](int c) {
     const int pool_row = cells[c];
     if (pool_row >= 0)
-      exact::cp_async16(pieces.k_at(a, s, c), a.k + static_cast<size_t>(pool_row) * a.row_stride + pieces.offset);
+      exact::cp_async16(pieces.k_at(a, s, c), row_piece(a.k, a, pool_row, pieces.offset));
   });
   exact::cp_async_commit();
 }
 
-// Before a block's first chunk: its entries, and its K rows sent for.
+// Before a block's first chunk (`stride` chunks before its next): its entries, and its K rows
+// sent for.
 template <typename E>
 __device__ __forceinline__ ChunkCells first_chunk_cells(const Args& a, const Shared& s, int hd, int t, int g,
-                                                        int chunk, int n_entries) {
-  ChunkCells cells{s.cell, s.next_cell, entry_cell(a, t, a.positions[t], chunk, n_entries, INT_MAX)};
+                                                        int chunk, int stride, int n_entries) {
+  ChunkCells cells{s.cell, s.next_cell, -1, a.page_rows[t], a.positions[t], stride, -1};
+  const int page = entry_page(a, cells.first_page, chunk, n_entries);
+  cells.page_next = entry_page(a, cells.first_page, chunk + stride, n_entries);
+  const int c = entry_pool_row(a, page, chunk);
+  cells.mine = entry_of(a, c, c >= 0 ? a.cell_pos[c] : 0, cells.pos, INT_MAX);
   cells.cell[threadIdx.x] = cells.mine;
   __syncthreads();
   stage_k_rows<E>(a, s, cells.cell, hd, g);
@@ -474,8 +549,8 @@ __device__ __forceinline__ ChunkCells first_chunk_cells(const Args& a, const Sha
 // the chunk is visible. On entry `cells` holds the chunk's entries and its K rows are on their
 // way (first_chunk_cells, or the chunk before); on return, those of next_chunk (-1: none).
 template <typename E, int kHeadSlots, int kCols>
-__device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, const Outputs& m, int hd, int t, int g,
-                                             int heads, int next_chunk, int n_entries, ChunkCells& cells,
+__device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, const Outputs& m, int hd, int g, int heads,
+                                             int next_chunk, int n_entries, ChunkCells& cells,
                                              float (&o)[kHeadSlots][kCols]) {
   const int cell = cells.mine;
 
@@ -487,16 +562,19 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
       const int pool_row = chunk_cells[s0 + c];
       uint4* to = pieces.v_at(s, c);
       if (pool_row >= 0)
-        exact::cp_async16(to, a.v + static_cast<size_t>(pool_row) * a.row_stride + pieces.offset);
+        exact::cp_async16(to, row_piece(a.v, a, pool_row, pieces.offset));
       else
         *to = make_uint4(0, 0, 0, 0);  // weight 0 times +0 adds nothing: no branch per cell below
     });
     exact::cp_async_commit();
   };
   stage_v(0);
-  // The next chunk's entries: asked for now, stored after the scores.
+  // The next chunk's entries: their cells' positions asked for now (their page entries came during
+  // the chunk before), and the page entries of the chunk after; both used after the scores.
   const bool has_next = next_chunk >= 0;
-  const int next = has_next ? entry_cell(a, t, a.positions[t], next_chunk, n_entries, INT_MAX) : -1;
+  const int next_row = has_next ? entry_pool_row(a, cells.page_next, next_chunk) : -1;
+  const int32_t next_pos = next_row >= 0 ? a.cell_pos[next_row] : 0;
+  const int page_after = has_next ? entry_page(a, cells.first_page, next_chunk + cells.stride, n_entries) : -1;
   exact::cp_async_wait<1>();  // this chunk's K rows (its first V stage may still be on its way)
   const bool any = __syncthreads_or(cell >= 0) != 0;
   if (any) {
@@ -507,6 +585,8 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
     }
   }
   // The staged K rows are read: the next chunk's come in their place while this one finishes.
+  const int next = entry_of(a, next_row, next_pos, cells.pos, INT_MAX);
+  cells.page_next = page_after;
   cells.next[threadIdx.x] = next;
   __syncthreads();
   if (has_next) stage_k_rows<E>(a, s, cells.next, hd, g);
@@ -517,7 +597,7 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
   if (!any) return false;
   chunk_weights(s, heads, cell >= 0);
 
-  ChunkSums<E, kHeadSlots, kCols> sums(s, m, heads, o);
+  ChunkSums<E, kHeadSlots, kCols> sums(s, m, heads, hd, o);
   for (int s0 = 0; s0 < kChunk; s0 += a.stage_cells) {
     // The stage summed next is the oldest group but the next chunk's K rows only at the first.
     if (s0 == 0 && has_next)
@@ -534,9 +614,9 @@ __device__ __forceinline__ bool chunk_result(const Args& a, const Shared& s, con
 }
 
 // The staged kernel's copies of a chunk's rows (the block's KV head): the K and V rows of the
-// entries in s.cell into s.k and s.v (RowPieces, the whole block copying). Without `fresh`, the rows of visible cells the step does not write (V rows of entries
-// that are not visible zeroed, as in chunk_result); with it, those of the fresh ones. Commits
-// one group.
+// entries in s.cell into s.k and s.v (RowPieces, the whole block copying). Without `fresh`, the
+// rows of visible cells the step does not write (V rows of entries that are not visible zeroed,
+// as in chunk_result); with it, those of the fresh ones. Commits one group.
 template <typename E>
 __device__ __forceinline__ void stage_rows(const Args& a, const Shared& s, int hd, int g, bool fresh) {
   const RowPieces<E> pieces(hd, g, static_cast<int>(blockDim.x));
@@ -548,9 +628,9 @@ __device__ __forceinline__ void stage_rows(const Args& a, const Shared& s, int h
       return;
     }
     if ((entry <= -2) != fresh) return;
-    const size_t row = static_cast<size_t>(entry >= 0 ? entry : -2 - entry) * a.row_stride + pieces.offset;
-    exact::cp_async16(pieces.k_at(a, s, c), a.k + row);
-    exact::cp_async16(v_to, a.v + row);
+    const int pool_row = entry >= 0 ? entry : -2 - entry;
+    exact::cp_async16(pieces.k_at(a, s, c), row_piece(a.k, a, pool_row, pieces.offset));
+    exact::cp_async16(v_to, row_piece(a.v, a, pool_row, pieces.offset));
   });
   exact::cp_async_commit();
 }
@@ -571,7 +651,7 @@ __device__ __forceinline__ bool staged_chunk_result(const Args& a, const Shared&
   }
   __syncthreads();
   chunk_weights(s, heads, visible);
-  ChunkSums<E, kHeadSlots, kCols> sums(s, m, heads, o);
+  ChunkSums<E, kHeadSlots, kCols> sums(s, m, heads, hd, o);
   sums.add(s.v, hd, 0, kChunk, o);
   __syncthreads();  // the staging and s.cell are reused by the next chunk
   sums.store_sums(s, m, heads);
@@ -658,9 +738,10 @@ struct FoldStep {
   float a, b, m;  // expf(m - m'), expf(m_c - m'), m'
   __device__ float operator()(float v, float v_c) const { return __fadd_rn(__fmul_rn(v, a), __fmul_rn(v_c, b)); }
 };
-__device__ __forceinline__ FoldStep fold_step(float m, float m_c) {
+__device__ __forceinline__ FoldStep fold_step(const Shared& s, float m, float m_c) {
   const float m_new = fmaxf(m, m_c);
-  return {libm::expf_glibc(__fsub_rn(m, m_new)), libm::expf_glibc(__fsub_rn(m_c, m_new)), m_new};
+  return {libm::expf_glibc(__fsub_rn(m, m_new), s.exp_table), libm::expf_glibc(__fsub_rn(m_c, m_new), s.exp_table),
+          m_new};
 }
 
 // Chunks folded in order by this block; writes the row's outputs for its heads.
@@ -677,7 +758,7 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, fl
     for (int k = 0; k < kHeadSlots; ++k) {
       if (!m.owns(k, p.heads)) continue;
       const int h = m.head(k);
-      const FoldStep f = started ? fold_step(s.max[h], s.chunk_max[h]) : FoldStep{};
+      const FoldStep f = started ? fold_step(s, s.max[h], s.chunk_max[h]) : FoldStep{};
 #pragma unroll
       for (int c = 0; c < kCols; ++c) acc[k][c] = started ? f(acc[k][c], o[k][c]) : o[k][c];
     }
@@ -687,7 +768,7 @@ __device__ __forceinline__ void fold_in_place(const Args& a, const Shared& s, fl
         s.max[h] = s.chunk_max[h];
         s.sum[h] = s.chunk_sum[h];
       } else {
-        const FoldStep f = fold_step(s.max[h], s.chunk_max[h]);
+        const FoldStep f = fold_step(s, s.max[h], s.chunk_max[h]);
         s.sum[h] = f(s.sum[h], s.chunk_sum[h]);
         s.max[h] = f.m;
       }
@@ -776,7 +857,7 @@ __device__ void fold_partials(const Args& a, const Shared& s, float* smem_base, 
       if (visible && !prev_any) {
         fac_a = kFirstChunk;
       } else if (visible) {
-        const FoldStep f = fold_step(prev_max, ml.x);
+        const FoldStep f = fold_step(s, prev_max, ml.x);
         fac_a = f.a, fac_b = f.b;
       }
       if (mine) {
@@ -871,12 +952,16 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
                                   min_blocks_per_sm(kStagedGroups, kHeadSlots * kCols)) attention_kernel(Args a) {
   constexpr bool kStaged = kStagedGroups > 0;
   allow_next_kernel();
-  prefetch_read_only(libm::exp2f_table_data(), libm::kExp2fTableBytes);  // for the chunks' expf
+  // The chunks' expf read their table from shared memory: through L1 its loads had waited on L2
+  // (ncu, 64 x 576, H100: 3% of the stall samples on one load). Loaded now, stored once the first
+  // chunk's lookups are sent (a store now would hold warp 0 until the load is back).
+  __shared__ uint64_t exp_table[32];
+  const uint64_t exp_entry = threadIdx.x < 32 ? libm::exp2f_table(static_cast<int>(threadIdx.x)) : 0;
   if constexpr (!kStaged) wait_for_inputs();
   extern __shared__ __align__(16) unsigned char smem[];
   const int hd = kHeadDim > 0 ? kHeadDim : a.head_dim;
   const Place p = place_of(a);
-  const Shared s = carve(smem, a.heads_per_block, hd, a.k_stage_offset, p.in_block);
+  const Shared s = carve(smem, a.heads_per_block, hd, a.k_stage_offset, p.in_block, exp_table);
   const Outputs m = outputs_of(hd);
   const int n_entries = (a.page_rows[p.t + 1] - a.page_rows[p.t]) * a.page_size;
   const int n_chunks = (n_entries + kChunk - 1) / kChunk;
@@ -951,7 +1036,9 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
   __syncthreads();
   // The other kernel's pipeline of chunks (chunk_result) starts with the block's first chunk.
   ChunkCells cells{};
-  if constexpr (!kStaged) cells = first_chunk_cells<E>(a, s, hd, p.t, p.g, blockIdx.y, n_entries);
+  if constexpr (!kStaged)
+    cells = first_chunk_cells<E>(a, s, hd, p.t, p.g, blockIdx.y, in_place ? 1 : static_cast<int>(gridDim.y), n_entries);
+  if (threadIdx.x < 32) exp_table[threadIdx.x] = exp_entry;  // read after the chunk's barriers
   // chunk_of(chunk, next_chunk, o): next_chunk, the block's chunk after this one (-1: none).
   auto chunk_of = [&](int chunk, int next_chunk, float (&o)[kHeadSlots][kCols]) {
     if constexpr (kStaged) {
@@ -966,7 +1053,7 @@ __global__ void __launch_bounds__(kStagedGroups > 0 ? kThreads * kStagedGroups :
       return staged_chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.heads, entry, o);
     } else {
       (void)chunk;
-      return chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.t, p.g, p.heads, next_chunk, n_entries, cells, o);
+      return chunk_result<E, kHeadSlots, kCols>(a, s, m, hd, p.g, p.heads, next_chunk, n_entries, cells, o);
     }
   };
   if (in_place) {
@@ -1044,11 +1131,25 @@ auto staged_kernel(int heads, int hd) {
   return heads <= 4 ? staged_kernel_of<E, 4>(hd) : staged_kernel_of<E, kStagedMaxGroups>(hd);
 }
 
-// The kernel whose slot count is the smallest power of two that holds the block's heads.
+// The kernel whose slot count is the smallest power of two that holds the block's heads. Head
+// sizes 64 and 128 of f16 pools (SmolLM2, the Llamas) up to four slots (every decode shape of
+// those models) are constants there, as in the staged kernel: H100, one run, attention_scaling
+// (llama3-8b's layer), ms a step, 64 x 576 cells 0.1150 -> 0.1096, 64 x 2048 0.3183 -> 0.3045,
+// 128 x 576 0.1899 -> 0.1834, 32 x 576 0.0661 -> 0.0638.
 template <typename E, int kCols>
 void launch_columns(const Args& args, dim3 grid, size_t smem, cudaStream_t stream) {
   auto launch = [&](auto kernel) { launch_kernel("attention kernel", kernel, grid, kThreads, smem, stream, args); };
   const int slots = head_slots(args.heads_per_block, args.head_dim);  // per thread, not split blocks
+  if constexpr (std::is_same_v<E, __half> && kCols == 1) {
+    if ((args.head_dim == 64 || args.head_dim == 128) && slots <= 4) {
+      const bool h128 = args.head_dim == 128;
+      if (slots <= 1)
+        return launch(h128 ? prepared_kernel<E, 1, 1, 0, 128>() : prepared_kernel<E, 1, 1, 0, 64>());
+      if (slots <= 2)
+        return launch(h128 ? prepared_kernel<E, 2, 1, 0, 128>() : prepared_kernel<E, 2, 1, 0, 64>());
+      return launch(h128 ? prepared_kernel<E, 4, 1, 0, 128>() : prepared_kernel<E, 4, 1, 0, 64>());
+    }
+  }
   if (slots <= 1)
     launch(prepared_kernel<E, 1, kCols, 0>());
   else if (slots <= 2)
@@ -1285,6 +1386,8 @@ void launch_attention(const TensorRef& q, const backend::PagedKv& kv, const int3
   if (kv.page_size <= 0) fail(ErrorCode::Internal, "attention: page size ", kv.page_size);
   if (!aligned(kv.k, 16) || !aligned(kv.v, 16) || kv.row_stride % 16 != 0 || (hd * elem) % 16 != 0)
     fail(ErrorCode::Internal, "attention: KV rows are not 16-byte aligned");
+  if (kv.row_stride > UINT32_MAX)
+    fail(ErrorCode::Unsupported, "attention: KV pool rows of ", kv.row_stride, " bytes on CUDA (at most 4 GiB a row)");
   if (q.rows == 0) return;
   if (q.rows > 65535 || n_heads > 65535) fail(ErrorCode::Internal, "attention: grid too large");
   if (quantized != nullptr && !output_quantizable(q, out))  // launch_typed checks its plan's heads

@@ -25,7 +25,10 @@ __device__ __forceinline__ uint64_t exp2f_table(int i) { return __ldg(&kExp2fTab
 __device__ __forceinline__ const void* exp2f_table_data() { return kExp2fTable; }
 inline constexpr size_t kExp2fTableBytes = sizeof(kExp2fTable);
 
-__device__ __forceinline__ float expf_glibc(float x) {
+// expf with the table read through `table_at(i)` (entry i of kExp2fTable): a copy in shared
+// memory serves a kernel of many calls better than L1, where other loads evict it.
+template <class TableAt>
+__device__ __forceinline__ float expf_glibc_with(float x, TableAt&& table_at) {
   constexpr double kInvLn2N = 0x1.71547652b82fep+0 * 32, kShift = 0x1.8p+52;
   constexpr double kC0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, kC1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
                    kC2 = 0x1.62e42ff0c52d6p-1 / 32;
@@ -38,12 +41,21 @@ __device__ __forceinline__ float expf_glibc(float x) {
   const auto ki = static_cast<uint64_t>(__double_as_longlong(kd));
   kd = __dsub_rn(kd, kShift);
   const double r = __dsub_rn(z, kd);
-  const double s = __longlong_as_double(static_cast<long long>(exp2f_table(static_cast<int>(ki % 32)) + (ki << 47)));
+  const double s = __longlong_as_double(static_cast<long long>(table_at(static_cast<int>(ki % 32)) + (ki << 47)));
   const double p = __fma_rn(kC0, r, kC1);
   const double r2 = __dmul_rn(r, r);
   double y = __fma_rn(kC2, r, 1.0);
   y = __fma_rn(p, r2, y);
   return __double2float_rn(__dmul_rn(y, s));
+}
+
+__device__ __forceinline__ float expf_glibc(float x) {
+  return expf_glibc_with(x, [](int i) { return exp2f_table(i); });
+}
+
+// With a copy of kExp2fTable (in shared memory).
+__device__ __forceinline__ float expf_glibc(float x, const uint64_t* table) {
+  return expf_glibc_with(x, [table](int i) { return table[i]; });
 }
 
 // fdlibm's expm1f for the arguments tanhf gives it (|x| < 44, finite).
