@@ -516,7 +516,10 @@ struct ChunkCells {
 // bulk copy per K and V row, issued by the row's thread and counted on a barrier per kind of row
 // (the rows of entries that are not visible copied from a zero row), in place of these 16-byte
 // pieces over the block: 64 x 576 cells 0.0992 -> 0.1110, 64 x 2048 0.2806 -> 0.3018, 128 x 576
-// 0.1683 -> 0.1922, and llama3-8b batch-64 prompt 10.7k -> 9.6k tok/s.
+// 0.1683 -> 0.1922, and llama3-8b batch-64 prompt 10.7k -> 9.6k tok/s. A bulk copy takes its
+// addresses in uniform registers, so a warp whose 32 threads each copy a row issues them one
+// thread at a time (ncu: each copy a loop of ELECT / R2UR / UBLKCP over the warp's threads, a
+// fifth of the stall samples); the GEMV's copies are a few lanes' each.
 template <typename E>
 __device__ __forceinline__ void stage_k_rows(const Args& a, const Shared& s, const int* cells, int hd, int g) {
   const RowPieces<E> pieces(hd, g, kThreads);
