@@ -9,6 +9,11 @@ constexpr int kBlocksPerSm = kGemmBlocksPerSm;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Blocks of `activation_rows` x 64 weight rows that cover the product.
+int64_t grid_of(int64_t tokens, int64_t activation_rows, int64_t weight_rows) {
+  return ceil_div(tokens, activation_rows) * ceil_div(weight_rows, kRows);
+}
+
 // Activation rows a block: 64; 32 where 64 would waste half a block on padding rows (32 or
 // fewer) or would leave multiprocessors without a block (llama3-8b's 4096-row products at 64
 // rows: 64 blocks for 132 SMs), so that more blocks share the weights' steps. With a block for
@@ -23,8 +28,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // gate+up 0.1463 against 0.1693).
 int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool direct) {
   if (direct && tokens <= kMaxTokens / 4) return kMaxTokens / 4;
-  const int64_t blocks = ceil_div(tokens, kMaxTokens) * ceil_div(weight_rows, kRows);
-  if (tokens <= kMaxTokens / 2 || blocks < sm_count) return kMaxTokens / 2;
+  if (tokens <= kMaxTokens / 2 || grid_of(tokens, kMaxTokens, weight_rows) < sm_count) return kMaxTokens / 2;
   const int64_t padded_64 = ceil_div(tokens, kMaxTokens) * kMaxTokens;
   const int64_t padded_32 = ceil_div(tokens, kMaxTokens / 2) * (kMaxTokens / 2);
   if (direct && 4 * (padded_64 - padded_32) >= padded_64) return kMaxTokens / 2;
@@ -43,7 +47,7 @@ GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, boo
   const int per_block = activation_rows(tokens, weight_rows, sm_count, direct);
   if (!direct) return {per_block, kRows, kBlocksPerSm};
   // Blocks of 64 weight rows: how many, and how many multiprocessors they would leave idle.
-  const int64_t grid = ceil_div(tokens, per_block) * ceil_div(weight_rows, kRows);
+  const int64_t grid = grid_of(tokens, per_block, weight_rows);
   if (per_block == kMaxTokens / 4) {
     // Fewer than multiprocessors: blocks of 32 weight rows (4 warps), twice as many.
     return grid < sm_count ? GemmTile{per_block, kRows / 2, 4} : GemmTile{per_block, kRows, kBlocksPerSm};
@@ -76,7 +80,7 @@ GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, boo
   const int64_t last_round = grid % sm_count;
   if (grid < 2 * int64_t{sm_count} && last_round != 0 && 2 * last_round <= sm_count) {
     if (per_block == kMaxTokens) return {kMaxTokens / 2, kRows, kBlocksPerSm};
-    if (ceil_div(tokens, kMaxTokens) * ceil_div(weight_rows, kRows) <= sm_count) return {kMaxTokens, kRows, 1};
+    if (grid_of(tokens, kMaxTokens, weight_rows) <= sm_count) return {kMaxTokens, kRows, 1};
     return {per_block, kRows / 2, 4};
   }
   return {per_block, kRows, kBlocksPerSm};
