@@ -939,7 +939,13 @@ constexpr int min_blocks_per_sm(int staged_groups, int outputs) {
 // 8040 -> 8531 tok/s prompt (kernel trace: attention 137.3 -> 114.9 us a call). With a chunk's
 // K rows staged (chunk_result), such a block of llama3-8b's shape holds 72 KB of shared memory,
 // three blocks per SM: the four-output kernels are held to three (ptxas: 155 registers, where
-// 128 spilled 152 bytes).
+// 128 spilled 152 bytes). Measured and set aside (stop 45, H100, one run, alternated twice):
+// four blocks per SM for the head-size-128 constant kernel, its K rows staged unpadded with the
+// 16-byte pieces swizzled by cell (no bank conflicts), its V rows half a chunk at a time (53 KB;
+// ptxas: 128 registers, 20 bytes spilled). attention_scaling, ms a step: 64 x 576 cells 0.0975 ->
+// 0.0996, 64 x 2048 0.2756 -> 0.2809, 128 x 576 0.1638 -> 0.1538, 32 x 576 0.0614 -> 0.0645,
+// 16 x 576 0.0341 -> 0.0385; llama3-8b batch 64 generation 6040 / 5975 -> 5967 / 5997 tok/s.
+// The second V half's copy, issued once the first is summed, costs what the fourth block gains.
 //
 // kStaged: the launch is one wave (launch_attention), so it may start before the kernel ahead
 // ends, and each block stages its chunk's K and V rows in shared memory. Before its wait it
