@@ -191,29 +191,32 @@ void CudaBackend::rms_norm_matmul(const TensorRef& x, const float* weight, float
 
 namespace {
 
-// One row: the residual row can be the product's bias, which every product kernel adds last with
-// one rounded addition, the bits of matmul + add in one launch fewer. Null where it cannot.
-const float* residual_as_bias(int64_t rows, const TensorRef& residual, const TensorRef& out) {
-  const bool one_row = rows == 1 && residual.rows == 1 && residual.cols == out.cols && residual.dtype == DType::F32;
-  return one_row ? static_cast<const float*>(residual.data) : nullptr;
-}
-
-// The product's bias in a fused producer + product call: its own bias, or with a residual the
-// residual as bias (residual_as_bias, where the call has no bias of its own). False where the
-// fused launch cannot take the residual: the backend's default then makes the calls apart.
-bool fused_product_bias(int64_t rows, const float* bias, const TensorRef* residual, const TensorRef& out,
-                        const float*& product_bias) {
-  product_bias = bias;
+// What the product adds to its outputs (ProductAddend, every product kernel adds it last with one
+// rounded addition: the bits of matmul + add, one launch fewer): the call's bias, or its
+// residual, which with one row is the product's bias (the one-row kernel loads a bias while the
+// weights arrive) and with a few a residual per output. False where the product does not take
+// it (a bias and a residual, a residual not of out's f32 shape, or rows where the add is better
+// apart: exact_product_adds_residual): the backend's default then makes the calls apart.
+bool product_addend(int64_t rows, const float* bias, const TensorRef* residual, const TensorRef& out,
+                    ProductAddend& addend) {
+  addend = ProductAddend(bias);
   if (residual == nullptr) return true;
-  product_bias = bias == nullptr ? residual_as_bias(rows, *residual, out) : nullptr;
-  return product_bias != nullptr;
+  if (bias != nullptr || residual->dtype != DType::F32 || residual->rows != rows || residual->cols != out.cols ||
+      residual->row_stride % sizeof(float) != 0 || (rows > 1 && !exact_product_adds_residual(rows)))
+    return false;
+  const auto* rows_data = static_cast<const float*>(residual->data);
+  addend = rows == 1 ? ProductAddend(rows_data)
+                     : ProductAddend::of_residual(rows_data, residual->row_stride / sizeof(float));
+  return true;
 }
 
 }  // namespace
 
 void CudaBackend::matmul_add(const TensorRef& x, const TensorRef& w, const TensorRef& residual, const TensorRef& out) {
-  if (const float* bias = residual_as_bias(x.rows, residual, out)) return matmul(x, w, bias, out);
-  Backend::matmul_add(x, w, residual, out);
+  ProductAddend addend;
+  if (!product_addend(x.rows, nullptr, &residual, out, addend)) return Backend::matmul_add(x, w, residual, out);
+  use_device(device_);
+  matmul_->run(x, w, addend, out);
 }
 
 void CudaBackend::matmul_gemm(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out) {
@@ -255,12 +258,12 @@ void CudaBackend::attention_matmul(const TensorRef& q, const backend::PagedKv& k
                                    float scale, const TensorRef& attn_out, const TensorRef& w, const float* bias,
                                    const TensorRef* residual, const TensorRef& out) {
   use_device(device_);
-  const float* product_bias = nullptr;
-  if (!fused_product_bias(attn_out.rows, bias, residual, out, product_bias))
+  ProductAddend addend;
+  if (!product_addend(attn_out.rows, bias, residual, out, addend))
     return Backend::attention_matmul(q, kv, positions, scale, attn_out, w, bias, residual, out);
   const AttentionWorkspace workspace = attention_workspace();
   matmul_->run_produced(
-      attn_out, w, product_bias, out,
+      attn_out, w, addend, out,
       [&](ActivationFormat format) { return attention_quantize_supported(q, kv, attn_out, format, workspace); },
       [&] { launch_attention(q, kv, positions, scale, attn_out, workspace, nullptr, stream_); },
       [&](ActivationFormat format, const QuantizedActivations& quantized) {
@@ -289,15 +292,15 @@ void CudaBackend::rope_kv_store_attention(const TensorRef& x, const int32_t* pos
                            rope_angles(params, rope_tables_->find(params, stream_)),
                            params.layout == backend::RopeLayout::Interleaved,
                            dst};
-  const float* product_bias = nullptr;
+  ProductAddend addend;
   if (!q_leads_x || !rope_kv_store_fusable(x, params, k, v, dst) || kv.head_dim != params.head_dim ||
       k.cols != int64_t{kv.n_kv_heads} * kv.head_dim || !attention_rope_supported(q, kv, rope, workspace) ||
-      (w != nullptr && !fused_product_bias(attn_out.rows, bias, residual, out, product_bias)))
+      (w != nullptr && !product_addend(attn_out.rows, bias, residual, out, addend)))
     return Backend::rope_kv_store_attention(x, positions, params, k, v, dst, q, kv, scale, attn_out, w, bias, residual,
                                             out);
   if (w == nullptr) return launch_attention(q, kv, positions, scale, attn_out, workspace, nullptr, stream_, &rope);
   matmul_->run_produced(
-      attn_out, *w, product_bias, out,
+      attn_out, *w, addend, out,
       [&](ActivationFormat format) { return attention_quantize_supported(q, kv, attn_out, format, workspace); },
       [&] { launch_attention(q, kv, positions, scale, attn_out, workspace, nullptr, stream_, &rope); },
       [&](ActivationFormat format, const QuantizedActivations& quantized) {
@@ -320,10 +323,10 @@ void CudaBackend::glu_matmul(const TensorRef& gate, const TensorRef& up, backend
                              const TensorRef& glu_out, const TensorRef& w, const float* bias, const TensorRef* residual,
                              const TensorRef& out) {
   use_device(device_);
-  const float* product_bias = nullptr;
-  if (!fused_product_bias(glu_out.rows, bias, residual, out, product_bias))
+  ProductAddend addend;
+  if (!product_addend(glu_out.rows, bias, residual, out, addend))
     return Backend::glu_matmul(gate, up, act, glu_out, w, bias, residual, out);
-  matmul_->run_after_glu(gate, up, act, glu_out, w, product_bias, out);
+  matmul_->run_after_glu(gate, up, act, glu_out, w, addend, out);
 }
 
 void CudaBackend::gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out) {

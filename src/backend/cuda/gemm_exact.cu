@@ -147,7 +147,7 @@ struct GemmArgs {
   int64_t tokens;
   float* out;
   size_t out_stride;
-  const float* bias;
+  ProductAddend addend;
 };
 
 // What a thread copies every step: four threads share a weight row and kThreadsFor<kR> / kTokens
@@ -578,8 +578,7 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
       if (n >= a.n || t >= a.tokens) continue;
       float v = acc[0][j][i];
       if constexpr (kAcc == 4) v = __fadd_rn(__fadd_rn(acc[0][j][i], acc[1][j][i]), __fadd_rn(acc[2][j][i], acc[3][j][i]));
-      if (a.bias != nullptr) v = __fadd_rn(v, a.bias[n]);
-      a.out[static_cast<size_t>(t) * a.out_stride + n] = v;
+      a.out[static_cast<size_t>(t) * a.out_stride + n] = a.addend.added(v, t, n);
     }
   }
 }
@@ -620,9 +619,9 @@ void launch_tile(const GemmTile& tile, const GemmArgs& args, cudaStream_t stream
 
 }  // namespace
 
-void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
-                           const TensorRef& out, int sm_count, cudaStream_t stream) {
-  launch_gemm_quantized_tile(q, tokens, w, bias, out,
+void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w,
+                           const ProductAddend& addend, const TensorRef& out, int sm_count, cudaStream_t stream) {
+  launch_gemm_quantized_tile(q, tokens, w, addend, out,
                              choose_gemm_tile(tokens, w.rows, sm_count, gemm_direct_format(w.dtype)), stream);
 }
 
@@ -632,13 +631,14 @@ bool gemm_direct_format(DType type) {
   return direct;
 }
 
-void launch_gemm_quantized_tile(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
-                                const TensorRef& out, const GemmTile& tile, cudaStream_t stream) {
+void launch_gemm_quantized_tile(const QuantizedActivations& q, int64_t tokens, const TensorRef& w,
+                                const ProductAddend& addend, const TensorRef& out, const GemmTile& tile,
+                                cudaStream_t stream) {
   if (tokens == 0 || w.rows == 0) return;
   if ((w.rows + tile.weight_rows - 1) / tile.weight_rows > 65535)
     fail(ErrorCode::Unsupported, "exact gemm: ", w.rows, " weight rows in tiles of ", tile.weight_rows);
   GemmArgs args{static_cast<const uint8_t*>(w.data), w.row_stride, w.rows, 0, q, tokens,
-                static_cast<float*>(out.data), out.row_stride / sizeof(float), bias};
+                static_cast<float*>(out.data), out.row_stride / sizeof(float), addend};
   const bool known = visit_exact_format(w.dtype, [&]<class F>(F) {
     args.blocks = static_cast<int>(w.cols / F::kElems);
     launch_tile<F>(tile, args, stream);

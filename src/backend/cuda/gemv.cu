@@ -33,7 +33,7 @@ struct GemvArgs {
   int64_t tokens;  // activation rows
   float* out;
   size_t out_stride;  // floats
-  const float* bias;
+  ProductAddend addend;
   int64_t rows_per_warp;
 };
 
@@ -180,8 +180,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_quantized_kernel(GemvArgs a
         v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));  // (acc0 + acc1) + (acc2 + acc3)
       }
       if (k == 0 && t < t_count) {
-        if (a.bias != nullptr) v = __fadd_rn(v, a.bias[row]);
-        a.out[static_cast<size_t>(t0 + t) * a.out_stride + row] = v;
+        a.out[static_cast<size_t>(t0 + t) * a.out_stride + row] = a.addend.added(v, t0 + t, row);
       }
       acc = 0.0f;
       step = 0;
@@ -206,8 +205,8 @@ void launch_tiles(const GemvArgs& base, int sm_count, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
-                           const TensorRef& out, int sm_count, cudaStream_t stream) {
+void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w,
+                           const ProductAddend& addend, const TensorRef& out, int sm_count, cudaStream_t stream) {
   if (tokens == 0 || w.rows == 0) return;
   GemvArgs args{static_cast<const uint8_t*>(w.data),
                 w.row_stride,
@@ -217,7 +216,7 @@ void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const 
                 tokens,
                 static_cast<float*>(out.data),
                 out.row_stride / sizeof(float),
-                bias,
+                addend,
                 1};
   const bool known = visit_exact_format(w.dtype, [&]<class F>(F) {
     args.blocks = static_cast<int>(w.cols / F::kElems);

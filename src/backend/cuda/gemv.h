@@ -44,7 +44,7 @@ inline GemvGrid gemv_grid(int blocks_per_sm, int64_t units, int64_t tokens, int 
   return g;
 }
 
-void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
+void launch_gemv_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const ProductAddend& addend,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
 // One f32 activation row, or up to gemv_one_token_max_rows(w) rows quantized already
 // (gemv_one_token.cu: each staged weight segment serves every row): the same results as
@@ -59,19 +59,20 @@ bool gemv_one_token_supported(const TensorRef& w);
 // The most activation rows one launch takes for these weights where it beats gemv.cu: 8 for the
 // k-quants, 2 for the 32-element formats; 0 where unsupported.
 int64_t gemv_one_token_max_rows(const TensorRef& w);
-void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
+void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const ProductAddend& addend,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
 // The tensor-core kernel for many activation rows (gemm_exact.cu): the same results, in the
 // tile choose_gemm_tile picks for these weights on `sm_count` multiprocessors.
-void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
+void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const ProductAddend& addend,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
 // The same in a given tile, one of gemm_tiles(gemm_direct_format(w.dtype)) (tests and tile
 // benchmarks; any other fails with an Internal error).
-void launch_gemm_quantized_tile(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const float* bias,
+void launch_gemm_quantized_tile(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const ProductAddend& addend,
                                 const TensorRef& out, const GemmTile& tile, cudaStream_t stream);
 // Whether the weights take gemm_exact.cu's direct Q4_K/Q5_K kernel and its extra tiles.
 bool gemm_direct_format(DType type);
-void launch_gemv_float(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out, int sm_count,
+void launch_gemv_float(const TensorRef& x, const TensorRef& w, const ProductAddend& addend, const TensorRef& out,
+                       int sm_count,
                        cudaStream_t stream);
 
 }  // namespace cellm::cuda

@@ -28,7 +28,7 @@ struct FloatArgs {
   int64_t tokens;
   float* out;
   size_t out_stride;
-  const float* bias;
+  ProductAddend addend;
   int64_t groups_per_warp;  // groups of kRowsPerWarp rows
 };
 
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_float_kernel(FloatArgs a) {
       for (int i = 0; i < 4; ++i) q[i] = __fadd_rn(h[i], __shfl_xor_sync(0xffffffffu, h[i], 1));  // lane c=0: q[i]
       const float v = __fadd_rn(__fadd_rn(q[0], q[2]), __fadd_rn(q[1], q[3]));
       if (c == 0 && row < a.n && t < t_count)
-        a.out[static_cast<size_t>(t0 + t) * a.out_stride + row] = a.bias != nullptr ? __fadd_rn(v, a.bias[row]) : v;
+        a.out[static_cast<size_t>(t0 + t) * a.out_stride + row] = a.addend.added(v, t0 + t, row);
     }
   }
 }
@@ -108,8 +108,8 @@ void launch_type(const FloatArgs& args, int sm_count, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_gemv_float(const TensorRef& x, const TensorRef& w, const float* bias, const TensorRef& out, int sm_count,
-                       cudaStream_t stream) {
+void launch_gemv_float(const TensorRef& x, const TensorRef& w, const ProductAddend& addend, const TensorRef& out,
+                       int sm_count, cudaStream_t stream) {
   if (x.rows == 0 || w.rows == 0) return;
   const FloatArgs args{static_cast<const uint8_t*>(w.data),
                        w.row_stride,
@@ -120,7 +120,7 @@ void launch_gemv_float(const TensorRef& x, const TensorRef& w, const float* bias
                        x.rows,
                        static_cast<float*>(out.data),
                        out.row_stride / sizeof(float),
-                       bias,
+                       addend,
                        1};
   switch (w.dtype) {
     case DType::F32: launch_type<DType::F32>(args, sm_count, stream); break;

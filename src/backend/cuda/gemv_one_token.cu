@@ -97,7 +97,7 @@ struct OneTokenArgs {
   int64_t codes_stride;  // bytes from one token's codes to the next's (QuantizedActivations::row_stride)
   float* out;
   size_t out_stride;  // floats from one token's outputs to the next's
-  const float* bias;  // per weight row, the same for every token
+  ProductAddend addend;  // a bias per weight row, or a residual per output
 };
 
 // Token t's quantized activations (matmul_kernels.h's layout: per row, the codes row_stride
@@ -317,9 +317,9 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kToke
     const int64_t row0 = it.row0;
     float4* ops = operands + (S::kBuffers == 2 ? (i & 1) : 0) * kTokens * S::kTokenStride;
     issue_copy(i + kStages - 1);
-    // The bias (a residual, for MatMulAdd) is asked for while the weights arrive: loaded where
-    // it is added, the row's last fold step waited on it.
-    if (folds && round == 0 && a.bias != nullptr && j == 0 && r < rows) bias = a.bias[row0 + r];
+    // The bias (a one-row step's residual too, for MatMulAdd: cuda_backend.cpp) is asked for
+    // while the weights arrive: loaded where it is added, the row's last fold step waited on it.
+    if (folds && round == 0 && a.addend.bias != nullptr && j == 0 && r < rows) bias = a.addend.bias[row0 + r];
     // This lane's blocks' activations are on their way too before it waits for the weights.
     const bool computes = p < passes && r < rows;
     typename F::Activations x[S::kUnits];
@@ -380,7 +380,9 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kToke
             v = __fadd_rn(__fadd_rn(acc[f], a1), __fadd_rn(a2, a3));
           }
           if (j == 0 && r < rows) {
-            if (a.bias != nullptr) v = __fadd_rn(v, bias);
+            // The bias came with the weights; a residual (several tokens) is loaded here.
+            if (a.addend.bias != nullptr) v = __fadd_rn(v, bias);
+            else v = a.addend.added(v, t, row0 + r);
             a.out[t * a.out_stride + row0 + r] = v;
           }
           acc[f] = 0.0f;
@@ -460,8 +462,8 @@ int64_t gemv_one_token_max_rows(const TensorRef& w) {
   return rows;
 }
 
-void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w, const float* bias,
-                           const TensorRef& out, int sm_count, cudaStream_t stream) {
+void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, const TensorRef& w,
+                           const ProductAddend& addend, const TensorRef& out, int sm_count, cudaStream_t stream) {
   const size_t padded_row = (row_bytes(w.dtype, w.cols) + 15) / 16 * 16;  // what the copies may read
   const int64_t max_rows = q != nullptr ? gemv_one_token_max_rows(w) : 1;
   if (x.rows < 1 || x.rows > max_rows || out.rows != x.rows || x.dtype != DType::F32 || x.cols != w.cols ||
@@ -483,7 +485,7 @@ void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, co
   args.codes_stride = q != nullptr ? q->row_stride : 0;
   args.out = static_cast<float*>(out.data);
   args.out_stride = out.row_stride / sizeof(float);
-  args.bias = bias;
+  args.addend = addend;
   const bool known = exact::visit_exact_format(w.dtype, [&]<class Format>(Format) {
     using F = typename exact::one_lane::TermsOf<Format>::type;
     args.blocks = static_cast<int>(w.cols / F::kElems);

@@ -69,15 +69,15 @@ void Matmul::free_all() {
   }
 }
 
-void Matmul::run(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+void Matmul::run(const backend::TensorRef& x, const backend::TensorRef& w, const ProductAddend& addend,
                  const backend::TensorRef& out) {
   if (x.cols != w.cols || out.cols != w.rows || out.rows != x.rows || out.dtype != DType::F32)
     fail(ErrorCode::Internal, "matmul: x [", x.rows, " x ", x.cols, "] . w [", w.rows, " x ", w.cols, "]^T -> out [",
          out.rows, " x ", out.cols, "]");
   if (x.rows == 0) return;
-  if (large_rows_ == LargeRows::Bf16 && x.rows > kGemvMaxRows) return run_gemm(x, w, bias, out);
-  if (exact_matmul_supported(x, w)) return run_exact(x, w, bias, out);
-  run_gemm(x, w, bias, out);
+  if (large_rows_ == LargeRows::Bf16 && x.rows > kGemvMaxRows) return run_gemm(x, w, addend, out);
+  if (exact_matmul_supported(x, w)) return run_exact(x, w, addend, out);
+  run_gemm(x, w, addend, out);
 }
 
 // One row (single-stream decode): while launches are made one by one, a short row is quantized
@@ -100,10 +100,10 @@ bool Matmul::quantizes_apart(const backend::TensorRef& x, const backend::TensorR
 }
 
 void Matmul::run_normed(const backend::TensorRef& x, const float* norm_weight, float eps,
-                        const backend::TensorRef& normed, const backend::TensorRef& w, const float* bias,
+                        const backend::TensorRef& normed, const backend::TensorRef& w, const ProductAddend& addend,
                         const backend::TensorRef& out) {
   run_produced(
-      normed, w, bias, out,
+      normed, w, addend, out,
       [&](ActivationFormat format) { return rms_norm_quantize_supported(x, norm_weight, normed, format); },
       [&] { launch_rms_norm(x, norm_weight, static_cast<int32_t>(x.cols), eps, normed, stream_); },
       [&](ActivationFormat format, const QuantizedActivations& q) {
@@ -112,10 +112,10 @@ void Matmul::run_normed(const backend::TensorRef& x, const float* norm_weight, f
 }
 
 void Matmul::run_after_glu(const backend::TensorRef& gate, const backend::TensorRef& up, backend::GluActivation act,
-                           const backend::TensorRef& glu_out, const backend::TensorRef& w, const float* bias,
-                           const backend::TensorRef& out) {
+                           const backend::TensorRef& glu_out, const backend::TensorRef& w,
+                           const ProductAddend& addend, const backend::TensorRef& out) {
   run_produced(
-      glu_out, w, bias, out,
+      glu_out, w, addend, out,
       [&](ActivationFormat format) { return glu_quantize_supported(gate, up, glu_out, format); },
       [&] { launch_glu(gate, up, act, glu_out, stream_); },
       [&](ActivationFormat format, const QuantizedActivations& q) {
@@ -123,11 +123,11 @@ void Matmul::run_after_glu(const backend::TensorRef& gate, const backend::Tensor
       });
 }
 
-void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const ProductAddend& addend,
                        const backend::TensorRef& out) {
   ActivationFormat format;
-  if (!activation_format_for(w.dtype, format)) return launch_exact_matmul(x, {}, w, bias, out, sm_count_, stream_);
-  if (product_quantizes_itself(x, w)) return launch_gemv_one_token(x, nullptr, w, bias, out, sm_count_, stream_);
+  if (!activation_format_for(w.dtype, format)) return launch_exact_matmul(x, {}, w, addend, out, sm_count_, stream_);
+  if (product_quantizes_itself(x, w)) return launch_gemv_one_token(x, nullptr, w, addend, out, sm_count_, stream_);
   // Rows in chunks that fit the quantized-activation scratch.
   const int64_t chunk = kQuantizedElems / x.cols;
   if (chunk == 0) fail(ErrorCode::Unsupported, "matmul inner dimension ", x.cols, " exceeds the CUDA scratch");
@@ -140,7 +140,7 @@ void Matmul::run_exact(const backend::TensorRef& x, const backend::TensorRef& w,
     os.rows = rows;
     const QuantizedActivations q = carve_quantized_activations(q_scratch_, rows, x.cols);
     launch_quantize_activations(xs, format, q, stream_);
-    launch_exact_matmul(xs, q, w, bias, os, sm_count_, stream_);
+    launch_exact_matmul(xs, q, w, addend.from_row(t0), os, sm_count_, stream_);
   }
 }
 
@@ -155,7 +155,7 @@ void Matmul::gemm_bf16(const void* w, int64_t lda, const void* x, int64_t n_rows
              "cublasGemmEx (bf16)");
 }
 
-void Matmul::run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+void Matmul::run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const ProductAddend& addend,
                       const backend::TensorRef& out) {
   const int64_t T = x.rows, N = w.rows, K = w.cols;
   if (T == 0) return;
@@ -196,7 +196,12 @@ void Matmul::run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, 
       }
     }
   }
-  if (bias != nullptr) launch_add_bias(out, bias, stream_);
+  if (addend.bias != nullptr) launch_add_bias(out, addend.bias, stream_);
+  if (addend.residual != nullptr) {
+    const backend::TensorRef residual{const_cast<float*>(addend.residual), DType::F32, out.rows, out.cols,
+                                      addend.residual_stride * sizeof(float)};
+    launch_add(out, residual, out, stream_);
+  }
 }
 
 }  // namespace cellm::cuda

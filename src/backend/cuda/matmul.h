@@ -1,5 +1,5 @@
 #pragma once
-// out = x . w^T (+ bias) on the GPU.
+// out = x . w^T (+ a bias per weight row, or a residual per output: ProductAddend) on the GPU.
 //
 // Default: the exact path (matmul_kernels.h). Activations are quantized on the GPU exactly as
 // the CPU quantizes them (Q8_0 / Q8_1 / Q8_K by weight type), blocks are multiplied in
@@ -38,42 +38,43 @@ class Matmul {
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
 
-  void run(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias, const backend::TensorRef& out);
-  // normed = rms_norm(x, norm_weight) over whole rows, then run(normed, w, bias, out), the same
+  void run(const backend::TensorRef& x, const backend::TensorRef& w, const ProductAddend& addend,
+           const backend::TensorRef& out);
+  // normed = rms_norm(x, norm_weight) over whole rows, then run(normed, w, addend, out), the same
   // bits; where run would quantize the activations in a launch of their own, the norm's kernel
   // quantizes them instead.
   void run_normed(const backend::TensorRef& x, const float* norm_weight, float eps, const backend::TensorRef& normed,
-                  const backend::TensorRef& w, const float* bias, const backend::TensorRef& out);
-  // glu_out = act(gate) * up, then run(glu_out, w, bias, out), the same bits; where run would
+                  const backend::TensorRef& w, const ProductAddend& addend, const backend::TensorRef& out);
+  // glu_out = act(gate) * up, then run(glu_out, w, addend, out), the same bits; where run would
   // quantize the activations in a launch of their own, the GLU's kernel quantizes them instead.
   void run_after_glu(const backend::TensorRef& gate, const backend::TensorRef& up, backend::GluActivation act,
-                     const backend::TensorRef& glu_out, const backend::TensorRef& w, const float* bias,
+                     const backend::TensorRef& glu_out, const backend::TensorRef& w, const ProductAddend& addend,
                      const backend::TensorRef& out);
   // x is made by a producer kernel (the norm, the GLU, attention), then multiplied as
-  // run(x, w, bias, out) would: where run would quantize x in a launch of its own and
+  // run(x, w, addend, out) would: where run would quantize x in a launch of its own and
   // fits(format) says the producer can write that format, quantizing(format, q) makes x and its
   // quantized form in one launch; otherwise plain() makes x and run multiplies it.
   template <class Fits, class Plain, class Quantizing>
-  void run_produced(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+  void run_produced(const backend::TensorRef& x, const backend::TensorRef& w, const ProductAddend& addend,
                     const backend::TensorRef& out, Fits fits, Plain plain, Quantizing quantizing) {
     ActivationFormat format;
     if (out.rows != x.rows || out.cols != w.rows || out.dtype != DType::F32 || !quantizes_apart(x, w, format) ||
         !fits(format)) {
       plain();
-      return run(x, w, bias, out);
+      return run(x, w, addend, out);
     }
     if (x.rows == 0) return;
     const QuantizedActivations q = carve_quantized_activations(q_scratch_, x.rows, x.cols);
     quantizing(format, q);
-    launch_exact_matmul(x, q, w, bias, out, sm_count_, stream_);
+    launch_exact_matmul(x, q, w, addend, out, sm_count_, stream_);
   }
   // The bf16 tensor-core path whatever the row count (tests compare the paths with it).
-  void run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+  void run_gemm(const backend::TensorRef& x, const backend::TensorRef& w, const ProductAddend& addend,
                 const backend::TensorRef& out);
   LargeRows large_rows() const { return large_rows_; }
 
  private:
-  void run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const float* bias,
+  void run_exact(const backend::TensorRef& x, const backend::TensorRef& w, const ProductAddend& addend,
                  const backend::TensorRef& out);
   // Whether the one-row product kernel quantizes x itself (each of its blocks, the whole row).
   bool product_quantizes_itself(const backend::TensorRef& x, const backend::TensorRef& w) const;

@@ -27,6 +27,15 @@ bool float_weights(DType type) { return type == DType::F32 || type == DType::F16
 
 }  // namespace
 
+// The residual in the product pays where the streaming kernels take the rows: SmolLM2's shape at
+// batch 8, graphs, 4742 -> 5222 tok/s (the add and, since the producer's fused call now applies,
+// the GLU's and attention's quantize launches gone), llama3-8b batch 8 1138 / 1140 -> 1133 / 1135.
+// The tensor-core kernel adding it in its epilogue (a residual load per output) lost at 16 rows:
+// llama3-8b batch 16 2436 / 2442 -> 2227 / 2232 tok/s, its 16 x 32 tiles 3339 -> 3827 us a step on
+// the critical path (kernel trace); batch 64 6136 / 6132 -> 6167 / 6170 (H100, one run,
+// alternated twice, stop 45). Not yet known why; there the add stays a launch of its own.
+bool exact_product_adds_residual(int64_t rows) { return rows < kExactGemmMinRows; }
+
 bool exact_matmul_supported(const TensorRef& x, const TensorRef& w) {
   ActivationFormat format;
   const bool known = float_weights(w.dtype) || activation_format_for(w.dtype, format);
@@ -35,19 +44,19 @@ bool exact_matmul_supported(const TensorRef& x, const TensorRef& w) {
          w.row_stride >= (row_bytes(w.dtype, w.cols) + 15) / 16 * 16;
 }
 
-void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w, const float* bias,
-                         const TensorRef& out, int sm_count, cudaStream_t stream) {
+void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w,
+                         const ProductAddend& addend, const TensorRef& out, int sm_count, cudaStream_t stream) {
   if (!exact_matmul_supported(x, w) || out.rows != x.rows || out.cols != w.rows || out.dtype != DType::F32)
     fail(ErrorCode::Internal, "exact matmul: unsupported operands (", dtype_name(w.dtype), ", ", x.rows, " x ",
          x.cols, " by ", w.rows, " x ", w.cols, ")");
   if (float_weights(w.dtype))
-    launch_gemv_float(x, w, bias, out, sm_count, stream);
+    launch_gemv_float(x, w, addend, out, sm_count, stream);
   else if (x.rows >= kExactGemmMinRows)
-    launch_gemm_quantized(q, x.rows, w, bias, out, sm_count, stream);
+    launch_gemm_quantized(q, x.rows, w, addend, out, sm_count, stream);
   else if (x.rows <= gemv_one_token_max_rows(w))
-    launch_gemv_one_token(x, &q, w, bias, out, sm_count, stream);
+    launch_gemv_one_token(x, &q, w, addend, out, sm_count, stream);
   else
-    launch_gemv_quantized(q, x.rows, w, bias, out, sm_count, stream);
+    launch_gemv_quantized(q, x.rows, w, addend, out, sm_count, stream);
 }
 
 }  // namespace cellm::cuda

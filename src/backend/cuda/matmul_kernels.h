@@ -36,6 +36,38 @@ __host__ __device__ constexpr int activation_block_elems(ActivationFormat format
   return format == ActivationFormat::Q8_K ? 256 : 32;
 }
 
+// What a product adds to each of its outputs, last, with one rounded addition: the bits of the
+// product followed by an add. A bias per weight row (the same for every activation row), or a
+// residual per output (MatMulAdd: out[t][n] = (x . w^T)[t][n] + residual[t][n]), not both. A
+// plain bias pointer converts to one.
+struct ProductAddend {
+  const float* bias = nullptr;      // [weight rows]
+  const float* residual = nullptr;  // activation row t's outputs at residual + t * residual_stride
+  size_t residual_stride = 0;       // floats
+
+  ProductAddend() = default;
+  ProductAddend(const float* bias_per_row) : bias(bias_per_row) {}  // NOLINT: a bias is an addend
+  static ProductAddend of_residual(const float* rows, size_t stride) {
+    ProductAddend addend;
+    addend.residual = rows, addend.residual_stride = stride;
+    return addend;
+  }
+  // The addend of activation rows t0, t0 + 1, ... (a launch over a slice of the rows).
+  ProductAddend from_row(int64_t t0) const {
+    ProductAddend addend = *this;
+    if (residual != nullptr) addend.residual += static_cast<size_t>(t0) * residual_stride;
+    return addend;
+  }
+#ifdef __CUDACC__
+  // Output (t, n) of the product, v, with the addend added.
+  __device__ __forceinline__ float added(float v, int64_t t, int64_t n) const {
+    if (bias != nullptr) return __fadd_rn(v, bias[n]);
+    if (residual != nullptr) return __fadd_rn(v, residual[static_cast<size_t>(t) * residual_stride + n]);
+    return v;
+  }
+#endif
+};
+
 // Quantized activation rows on the device. Row t: codes[t * row_stride + k]; block b's scale
 // scales[t * (K / block) + b]; Q8_1 block sums sums[t * (K / 32) + b] (fp16(d * sum(codes))
 // widened); Q8_K sums of 16 consecutive codes group_sums[t * (K / 16) + g].
@@ -73,10 +105,15 @@ void launch_glu_quantize(const TensorRef& gate, const TensorRef& up, backend::Gl
 // a weight type they know with whole 32-element blocks per row, 16-byte aligned weight rows.
 bool exact_matmul_supported(const TensorRef& x, const TensorRef& w);
 
-// out = x . w^T (+ bias) for any number of rows. Quantized weights read the activations from
-// `q`, which must hold x quantized in w's activation format (launch_quantize_activations);
+// Whether the exact product of `rows` activation rows should add a residual itself (ProductAddend)
+// rather than leave it to an add after it: where a streaming kernel takes the rows (a few).
+bool exact_product_adds_residual(int64_t rows);
+
+// out = x . w^T (+ the addend) for any number of rows. Quantized weights read the activations
+// from `q`, which must hold x quantized in w's activation format (launch_quantize_activations);
 // F32/F16/BF16 weights read x. `sm_count` sizes the grid.
-void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w, const float* bias,
+void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w,
+                         const ProductAddend& addend,
                          const TensorRef& out, int sm_count, cudaStream_t stream);
 
 }  // namespace cellm::cuda

@@ -381,22 +381,30 @@ TEST(CudaMatmul, BiasIsAddedLikeTheCpu) {
   }
 }
 
-// matmul_add (the residual added to the product in one op; one row fuses it into the product
-// kernel) gives the bits of matmul then add, and of the CPU backend's matmul_add.
+// matmul_add (the residual added to the product in one op: the streaming kernels add it last,
+// each output its own residual value, a one-row step's as the product's bias; from 9 rows a
+// launch of its own adds it: exact_product_adds_residual) gives the bits of matmul then add, and
+// of the CPU backend's matmul_add. Rows 1-3 take the one-token and streaming kernels, 9 and 40
+// the tensor-core kernel; the residual's rows are padded (its stride is not the output's).
 TEST(CudaMatmul, MatmulAddIsMatmulThenAdd) {
   CELLM_REQUIRE_GPU(gpu);
-  const int64_t N = 70, K = 512;
+  const int64_t N = 70, K = 512, kPad = 6;
   const Rows source = random_rows(N, K, 151, 0.05f);
   for (DType type : {DType::F32, DType::F16, DType::Q4_K, DType::Q6_K, DType::Q4_1, DType::Q8_0}) {
     HostWeight w = quantized_weight(type, source);
     const TensorRef placed = gpu.place_weight(w.ref(), "w");
-    for (int64_t T : {1, 3}) {
+    for (int64_t T : {1, 2, 3, 9, 40}) {
       const Rows x = random_rows(T, K, static_cast<uint32_t>(400 + T));
-      const Rows residual = random_rows(T, N, static_cast<uint32_t>(500 + T), 4.0f);
-      DeviceBuffer d_x(gpu, x.values), d_res(gpu, residual.values);
+      const Rows padded = random_rows(T, N + kPad, static_cast<uint32_t>(500 + T), 4.0f);
+      Rows residual(T, N);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n)
+          residual.values[static_cast<size_t>(t * N + n)] = padded.values[static_cast<size_t>(t * (N + kPad) + n)];
+      DeviceBuffer d_x(gpu, x.values), d_res(gpu, padded.values);
       DeviceBuffer d_fused(gpu, static_cast<size_t>(T * N) * sizeof(float));
       DeviceBuffer d_apart(gpu, static_cast<size_t>(T * N) * sizeof(float));
-      const TensorRef gx = Rows::device_ref(d_x, T, K), gres = Rows::device_ref(d_res, T, N);
+      const TensorRef gx = Rows::device_ref(d_x, T, K);
+      const TensorRef gres{d_res.data(), DType::F32, T, N, static_cast<size_t>(N + kPad) * sizeof(float)};
       const TensorRef fused = Rows::device_ref(d_fused, T, N), apart = Rows::device_ref(d_apart, T, N);
       gpu.matmul_add(gx, placed, gres, fused);
       gpu.matmul(gx, placed, nullptr, apart);
@@ -500,7 +508,7 @@ TEST(CudaMatmul, GluMatmulIsGluThenMatmul) {
     for (DType type : {DType::Q4_K, DType::Q6_K, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::F16}) {
       HostWeight w = quantized_weight(type, source);
       const TensorRef placed = gpu.place_weight(w.ref(), "w");
-      for (int64_t T : {1, 3}) {
+      for (int64_t T : {1, 3, 9}) {
         for (backend::GluActivation act : {backend::GluActivation::Silu, backend::GluActivation::GeluTanh}) {
           for (bool adds : {false, true}) {
             const Rows gate = random_rows(T, K, static_cast<uint32_t>(700 + T), 3.0f);
