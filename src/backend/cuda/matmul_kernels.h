@@ -113,7 +113,6 @@ bool exact_product_adds_residual(int64_t rows);
 // from `q`, which must hold x quantized in w's activation format (launch_quantize_activations);
 // F32/F16/BF16 weights read x. `sm_count` sizes the grid.
 void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, const TensorRef& w,
-                         const ProductAddend& addend,
-                         const TensorRef& out, int sm_count, cudaStream_t stream);
+                         const ProductAddend& addend, const TensorRef& out, int sm_count, cudaStream_t stream);
 
 }  // namespace cellm::cuda
