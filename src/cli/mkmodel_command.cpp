@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/random_model.h"
+#include "model/weight_mix.h"
 
 namespace cellm::cli {
 namespace {
@@ -37,15 +38,21 @@ std::string joined(const std::vector<std::string>& names) {
 std::string type_names() {
   std::vector<std::string> names;
   for (DType t : model::random_model_types()) names.emplace_back(dtype_name(t));
+  names.emplace_back("q4_k_m");
   return joined(names);
 }
 
-DType parse_type(const std::string& name) {
+// --type: one weight type for every matrix, or the name of a mix (q4_k_m).
+void set_type(model::RandomModelSpec& s, const std::string& name) {
+  if (const std::optional<model::WeightMix> mix = model::weight_mix_from_name(name)) {
+    s.mix = *mix;
+    return;
+  }
   const std::optional<DType> type = dtype_from_name(name);
   const auto writable = model::random_model_types();
   if (!type || std::find(writable.begin(), writable.end(), *type) == writable.end())
     fail(ErrorCode::InvalidArgument, "--type ", name, " cannot be written (", type_names(), ")");
-  return *type;
+  s.type = *type;
 }
 
 model::RandomModelSpec make_spec(const MkmodelFlags& f) {
@@ -57,7 +64,7 @@ model::RandomModelSpec make_spec(const MkmodelFlags& f) {
     fail(ErrorCode::InvalidArgument, "preset '", f.preset, "' is a ", s.arch, " model, not ", f.arch, " (", f.arch,
          " presets: ", joined(matching), ")");
   }
-  if (!f.type.empty()) s.type = parse_type(f.type);
+  if (!f.type.empty()) set_type(s, f.type);
   if (f.seed) s.seed = *f.seed;
   if (f.layers) s.n_layers = *f.layers;
   if (f.embd) s.n_embd = *f.embd;
@@ -108,12 +115,13 @@ int run_mkmodel(const MkmodelFlags& flags) {
   progress.end();
   std::string fallback;
   if (summary.fallback_tensors > 0)
-    fallback = str_cat(", ", summary.fallback_tensors, " whose rows are not whole ", dtype_name(spec.type),
+    fallback = str_cat(", ", summary.fallback_tensors, " whose rows are not whole ",
+                       spec.mix == model::WeightMix::Uniform ? dtype_name(spec.type) : "k-quant",
                        " blocks in a fallback type");
   char size[96];
   std::snprintf(size, sizeof size, "%.1f MB in %.1f s (%.0f MB/s)", summary.file_bytes / 1e6, progress.seconds(),
                 progress.mb_per_s(summary.file_bytes));
-  log_info("mkmodel: wrote ", flags.output, ": ", spec.arch, " ", spec.name, ", ", dtype_name(spec.type), ", ",
+  log_info("mkmodel: wrote ", flags.output, ": ", spec.arch, " ", spec.name, ", ", model::weights_name(spec), ", ",
            spec.n_layers, " layers, ", summary.tensors, " tensors", fallback, ", ", size);
   return 0;
 }
@@ -129,7 +137,10 @@ void add_mkmodel_command(CLI::App& app, CommandAction& action) {
       "(tiny presets at a k-quant) fall back as llama.cpp does (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0).");
   cmd->add_option("--preset", flags->preset, "Model shape: " + joined(model::random_model_presets()))->required();
   cmd->add_option("--arch", flags->arch, "Architecture the preset must have")->check(CLI::IsMember({"llama", "gemma3"}));
-  cmd->add_option("--type", flags->type, "Weight type (default: the preset's): " + type_names());
+  cmd->add_option("--type", flags->type,
+                  "Weight type (default: the preset's): " + type_names() +
+                      "; q4_k_m is llama.cpp's Q4_K_M mix, as real Q4_K_M files hold (q4_K, with the output and "
+                      "about half the layers' attn_v and ffn_down in q6_K)");
   cmd->add_option("-o,--output", flags->output, "GGUF file to write")->required();
   cmd->add_option("--seed", flags->seed, "Seed of the weights (default: 1)");
   cmd->add_flag("--fast", flags->fast,

@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "gguf/quantize.h"
 #include "gguf/writer.h"
+#include "model/weight_mix.h"
 
 namespace cellm::model {
 namespace {
@@ -245,16 +246,19 @@ RandomModelSummary write_random_model(const RandomModelSpec& s, const std::strin
   RandomModelSummary summary;
   uint64_t seed = s.seed * 1000003;
   auto pools = std::make_shared<UnitPools>(seed);
-  auto add_matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType wanted, float scale) {
+  // `tensor` of block `layer` (-1: outside the blocks), in the type tensor_type() gives it.
+  auto add_matrix = [&](const std::string& tensor, int32_t layer, int64_t rows, int64_t cols, float scale) {
+    const DType wanted = tensor_type(s, tensor, layer);
     const DType type = matrix_type(wanted, cols);
     summary.fallback_tensors += type != wanted;
     ++summary.tensors;
+    const std::string name = (layer < 0 ? "" : "blk." + std::to_string(layer) + ".") + tensor + ".weight";
     w.add_tensor(name, {cols, rows}, type,
                  s.fast ? pooled_random_matrix(pools, type, rows, cols, scale, ++seed)
                         : random_matrix(type, rows, cols, scale, ++seed));
   };
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType type) {
-    add_matrix(name, rows, cols, type, 1.0f / std::sqrt(static_cast<float>(cols)));
+  auto matrix = [&](const std::string& tensor, int32_t layer, int64_t rows, int64_t cols) {
+    add_matrix(tensor, layer, rows, cols, 1.0f / std::sqrt(static_cast<float>(cols)));
   };
   auto norm = [&](const std::string& name, int64_t n) {
     ++summary.tensors;
@@ -262,19 +266,18 @@ RandomModelSummary write_random_model(const RandomModelSpec& s, const std::strin
   };
   const int64_t q_dim = int64_t{s.n_heads} * s.head_dim, kv_dim = int64_t{s.n_kv_heads} * s.head_dim;
   // Embeddings need a scale that keeps the first norm meaningful: unit variance per element.
-  // A Q4_1 model keeps them in Q8_0, as the SmolLM2 Q4_1 file does.
-  add_matrix("token_embd.weight", s.vocab, s.n_embd, s.type == DType::Q4_1 ? DType::Q8_0 : s.type, 1.0f);
+  add_matrix("token_embd", -1, s.vocab, s.n_embd, 1.0f);
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     norm(b + "attn_norm.weight", s.n_embd);
-    matrix(b + "attn_q.weight", q_dim, s.n_embd, s.type);
-    matrix(b + "attn_k.weight", kv_dim, s.n_embd, s.type);
-    matrix(b + "attn_v.weight", kv_dim, s.n_embd, s.type);
-    matrix(b + "attn_output.weight", s.n_embd, q_dim, s.type);
+    matrix("attn_q", l, q_dim, s.n_embd);
+    matrix("attn_k", l, kv_dim, s.n_embd);
+    matrix("attn_v", l, kv_dim, s.n_embd);
+    matrix("attn_output", l, s.n_embd, q_dim);
     norm(b + "ffn_norm.weight", s.n_embd);
-    matrix(b + "ffn_gate.weight", s.n_ff, s.n_embd, s.type);
-    matrix(b + "ffn_up.weight", s.n_ff, s.n_embd, s.type);
-    matrix(b + "ffn_down.weight", s.n_embd, s.n_ff, s.type);
+    matrix("ffn_gate", l, s.n_ff, s.n_embd);
+    matrix("ffn_up", l, s.n_ff, s.n_embd);
+    matrix("ffn_down", l, s.n_embd, s.n_ff);
     if (s.arch == "gemma3") {
       norm(b + "attn_q_norm.weight", s.head_dim);
       norm(b + "attn_k_norm.weight", s.head_dim);
@@ -283,7 +286,7 @@ RandomModelSummary write_random_model(const RandomModelSpec& s, const std::strin
     }
   }
   norm("output_norm.weight", s.n_embd);
-  if (!s.tied_output) matrix("output.weight", s.vocab, s.n_embd, s.type);
+  if (!s.tied_output) matrix("output", -1, s.vocab, s.n_embd);
   summary.file_bytes = w.file_size();
   w.write(path, progress);
   return summary;

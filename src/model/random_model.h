@@ -11,6 +11,13 @@
 
 namespace cellm::model {
 
+// How the matrices' types are chosen (model/weight_mix.h says which type each one gets).
+enum class WeightMix {
+  Uniform,  // every matrix in RandomModelSpec::type, as llama.cpp's --pure files
+  Q4_K_M,   // llama.cpp's Q4_K_M: q4_K, with the output and about half the layers' attn_v and
+            // ffn_down in q6_K
+};
+
 struct RandomModelSpec {
   std::string arch = "llama";  // llama or gemma3
   std::string name = "random";
@@ -24,9 +31,10 @@ struct RandomModelSpec {
   int32_t context = 2048;
   float rope_base = 10000.0f;
   int32_t sliding_window = 0;  // gemma3: window of the local layers
-  DType type = DType::Q8_0;    // matrices; norms are F32
+  DType type = DType::Q8_0;    // matrices under WeightMix::Uniform; norms are F32
   bool tied_output = true;     // no output.weight: logits use token_embd
   uint64_t seed = 1;
+  WeightMix mix = WeightMix::Uniform;  // Q4_K_M sets every matrix's type; `type` is then unused
   // Matrices as random picks from a small pool of quantized blocks (1024 per tensor) instead
   // of quantizing every random float: the same formats and value distribution, valid for any
   // type, and ~100x faster for the k-quants, whose least-squares encoder costs ~200 ns per
@@ -37,8 +45,8 @@ struct RandomModelSpec {
 struct RandomModelSummary {
   uint64_t file_bytes = 0;
   int64_t tensors = 0;
-  // Matrices whose rows are not a whole number of `type` blocks (a 64-wide tiny model at a
-  // 256-element k-quant), written in fallback_type(type, cols) instead.
+  // Matrices whose rows are not a whole number of their type's blocks (a 64-wide tiny model at
+  // a 256-element k-quant), written in matrix_type(type, cols) instead.
   int64_t fallback_tensors = 0;
 };
 
