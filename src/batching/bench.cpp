@@ -212,4 +212,9 @@ BenchResult run_benchmark(Engine& engine, const BenchConfig& config) {
   return result;
 }
 
+double weight_stream_gb_s(const BenchPoint& point, size_t decode_weight_bytes) {
+  if (point.batch <= 0) return 0;
+  return point.generation_tok_s / point.batch * static_cast<double>(decode_weight_bytes) / 1e9;
+}
+
 }  // namespace cellm::batching

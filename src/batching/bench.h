@@ -64,6 +64,12 @@ struct BenchResult {
   std::vector<BenchPoint> points;  // in the order of config.batch_sizes
 };
 
+// The rate at which generation streamed weights, in GB/s: a decode step reads
+// `decode_weight_bytes` (Executor::decode_weight_bytes) and yields one token per generation of
+// the batch, so steps / s = generation_tok_s / batch. At batch 1, over the measured HBM read
+// rate, it is the fraction of the decode roofline reached.
+double weight_stream_gb_s(const BenchPoint& point, size_t decode_weight_bytes);
+
 // Runs the benchmark on the engine's runner, which must admit the largest batch at once
 // (max_sessions and max_waiting >= it). Throws InvalidArgument for sizes out of range or a
 // runner too small, LimitExceeded when prompt + output exceed the context, Internal when a

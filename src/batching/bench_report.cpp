@@ -22,7 +22,7 @@ nlohmann::json latency_json(const LatencyStats& s) {
   return {{"count", s.count}, {"mean", s.mean_ms}, {"p50", s.p50_ms}, {"p99", s.p99_ms}, {"max", s.max_ms}};
 }
 
-nlohmann::json bench_point_json(const BenchPoint& p) {
+nlohmann::json bench_point_json(const BenchPoint& p, size_t decode_weight_bytes) {
   nlohmann::json rounds = nlohmann::json::array();
   for (const BenchRound& r : p.rounds)
     rounds.push_back({{"prefill_ms", r.prefill_ms},
@@ -35,6 +35,7 @@ nlohmann::json bench_point_json(const BenchPoint& p) {
           {"generated_tokens", p.generated_tokens},
           {"prompt_tok_s", p.prompt_tok_s},
           {"generation_tok_s", p.generation_tok_s},
+          {"weight_stream_gb_s", weight_stream_gb_s(p, decode_weight_bytes)},
           {"ttft_ms", latency_json(p.ttft)},
           {"itl_ms", latency_json(p.itl)},
           {"steps", p.steps},
@@ -56,8 +57,10 @@ nlohmann::json bench_json(Engine& engine, const BenchResult& result) {
                 {"temperature", c.temperature},     {"top_k", c.top_k},
                 {"top_p", c.top_p},                 {"min_p", c.min_p},
                 {"warmup_ms", result.warmup_ms}};
+  const size_t weight_bytes = engine.executor().decode_weight_bytes();
+  j["decode_weight_bytes"] = weight_bytes;
   j["results"] = nlohmann::json::array();
-  for (const BenchPoint& p : result.points) j["results"].push_back(bench_point_json(p));
+  for (const BenchPoint& p : result.points) j["results"].push_back(bench_point_json(p, weight_bytes));
   return j;
 }
 

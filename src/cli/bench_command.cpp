@@ -60,17 +60,21 @@ batching::EngineOptions engine_options(const BenchFlags& flags) {
 
 void print_table(batching::Engine& engine, const batching::BenchResult& result) {
   const batching::BenchConfig& c = result.config;
-  std::printf("model %s | backend %s | prompt %d tokens, %d generated per sequence, %d round%s per batch size\n\n",
+  const size_t weight_bytes = engine.executor().decode_weight_bytes();
+  const bool gigabytes = weight_bytes >= 1'000'000'000;
+  std::printf("model %s | backend %s | prompt %d tokens, %d generated per sequence, %d round%s per batch size | "
+              "a decode step reads %.*f %s of weights\n\n",
               engine.file().name().c_str(), engine.backend().description().c_str(), c.prompt_tokens,
-              c.generated_tokens, c.repetitions, c.repetitions == 1 ? "" : "s");
-  std::printf("| %5s | %12s | %12s | %10s | %10s | %10s | %9s | %9s | %9s |\n", "batch", "prompt tok/s", "gen tok/s",
-              "TTFT mean", "TTFT p50", "TTFT max", "ITL mean", "ITL p50", "ITL p99");
+              c.generated_tokens, c.repetitions, c.repetitions == 1 ? "" : "s", gigabytes ? 3 : 1,
+              static_cast<double>(weight_bytes) / (gigabytes ? 1e9 : 1e6), gigabytes ? "GB" : "MB");
+  std::printf("| %5s | %12s | %12s | %10s | %10s | %10s | %9s | %9s | %9s | %12s |\n", "batch", "prompt tok/s",
+              "gen tok/s", "TTFT mean", "TTFT p50", "TTFT max", "ITL mean", "ITL p50", "ITL p99", "weights GB/s");
   std::printf("| ----: | -----------: | -----------: | ---------: | ---------: | ---------: | --------: | --------: | "
-              "--------: |\n");
+              "--------: | -----------: |\n");
   for (const batching::BenchPoint& p : result.points)
-    std::printf("| %5d | %12.1f | %12.1f | %7.1f ms | %7.1f ms | %7.1f ms | %6.2f ms | %6.2f ms | %6.2f ms |\n", p.batch,
-                p.prompt_tok_s, p.generation_tok_s, p.ttft.mean_ms, p.ttft.p50_ms, p.ttft.max_ms, p.itl.mean_ms,
-                p.itl.p50_ms, p.itl.p99_ms);
+    std::printf("| %5d | %12.1f | %12.1f | %7.1f ms | %7.1f ms | %7.1f ms | %6.2f ms | %6.2f ms | %6.2f ms | %12.1f |\n",
+                p.batch, p.prompt_tok_s, p.generation_tok_s, p.ttft.mean_ms, p.ttft.p50_ms, p.ttft.max_ms,
+                p.itl.mean_ms, p.itl.p50_ms, p.itl.p99_ms, batching::weight_stream_gb_s(p, weight_bytes));
   std::fflush(stdout);
 }
 
@@ -137,7 +141,9 @@ void add_bench_command(CLI::App& app, CommandAction& action) {
       "size b submits b generations at once (synthetic seeded prompts, greedy unless --temp, exactly -n tokens each). A warm-up "
       "first (one full-length prompt, then a short round per batch size) keeps one-time costs (weights paged in, "
       "buffers sized, CUDA graphs captured) out of the figures. Unless given, --max-sessions is the largest batch, "
-      "--max-step-tokens max(512, largest batch) and --kv-initial-rows what the largest batch needs");
+      "--max-step-tokens max(512, largest batch) and --kv-initial-rows what the largest batch needs. 'weights GB/s' "
+      "is the rate generation streamed the weights a decode step reads (gen tok/s / batch x those bytes): at batch 1, "
+      "over the GPU's HBM read rate (bench_cuda_hbm_read), the fraction of the decode roofline reached");
   batching::BenchConfig& c = flags->config;
   cmd->add_option("-p,--n-prompt", c.prompt_tokens, "Prompt tokens per generation")
       ->check(CLI::Range(1, 1 << 20))

@@ -39,4 +39,17 @@ std::string Program::describe() const {
   return out.str();
 }
 
+std::vector<ValueId> Program::weights_read_whole() const {
+  std::vector<bool> whole(values.size(), false);
+  for (const Op& op : ops)
+    for (const ValueId id : {op.a, op.b, op.c}) {
+      const bool embed_table = op.code == OpCode::Embed && id == op.b;
+      if (id != kNoValue && value(id).kind == ValueKind::Weight && !embed_table) whole[static_cast<size_t>(id)] = true;
+    }
+  std::vector<ValueId> ids;
+  for (ValueId id = 0; id < static_cast<ValueId>(values.size()); ++id)
+    if (whole[static_cast<size_t>(id)]) ids.push_back(id);
+  return ids;
+}
+
 }  // namespace cellm::model

@@ -106,6 +106,11 @@ struct Program {
   const ValueInfo& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }
   // Human-readable listing (for --dump-program and tests).
   std::string describe() const;
+  // The weights a forward reads whole, each once: every weight an op reads, except an Embed's
+  // table, of which it reads only the step's rows (unless another op reads it too, as the
+  // output projection of a model whose output is tied to its embeddings). Their bytes are
+  // what one decode step must stream, the numerator of a decode roofline.
+  std::vector<ValueId> weights_read_whole() const;
 };
 
 }  // namespace cellm::model

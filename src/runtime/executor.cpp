@@ -85,6 +85,7 @@ Executor::~Executor() {
 
 void Executor::place_weights(const gguf::File& file, const Program& program) {
   weights_.assign(program.values.size(), {});
+  std::vector<size_t> file_bytes(program.values.size(), 0);  // by ValueId
   for (ValueId id = 0; id < static_cast<ValueId>(program.values.size()); ++id) {
     const model::ValueInfo& v = program.values[id];
     if (v.kind != ValueKind::Weight) continue;
@@ -92,6 +93,7 @@ void Executor::place_weights(const gguf::File& file, const Program& program) {
       const gguf::TensorInfo& t = file.tensor(v.name);
       const backend::TensorRef host{const_cast<uint8_t*>(t.data), t.type, v.rows, v.cols, row_bytes(t.type, v.cols)};
       weights_[id] = backend_.place_weight(host, t.name);
+      file_bytes[id] = t.bytes;
       weights_bytes_ += t.bytes;
       continue;
     }
@@ -100,6 +102,7 @@ void Executor::place_weights(const gguf::File& file, const Program& program) {
     for (const std::string& part : v.parts) {
       const gguf::TensorInfo& t = file.tensor(part);
       parts.push_back({const_cast<uint8_t*>(t.data), t.type, t.rows(), v.cols, row_bytes(t.type, v.cols)});
+      file_bytes[id] += t.bytes;
       weights_bytes_ += t.bytes;
     }
     weights_[id] = backend_.place_stacked_weight(parts, v.name);
@@ -110,6 +113,7 @@ void Executor::place_weights(const gguf::File& file, const Program& program) {
       if (p.values[id].kind == ValueKind::Weight &&
           (id >= static_cast<ValueId>(program.values.size()) || program.values[id].name != p.values[id].name))
         fail(ErrorCode::Internal, "decode program weight #", id, " differs from the prefill program's");
+  for (const ValueId id : decode_.front().weights_read_whole()) decode_weight_bytes_ += file_bytes[id];
 }
 
 void Executor::allocate(Buffer& buffer, size_t bytes, const char* what) {

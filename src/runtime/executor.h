@@ -81,6 +81,9 @@ class Executor {
   int32_t vocab_size() const { return vocab_size_; }
   int32_t max_write() const { return options_.max_write; }
   size_t weights_bytes() const { return weights_bytes_; }
+  // The bytes of weights one decode step reads (Program::weights_read_whole, in the file's
+  // types): the roofline's numerator, whatever the batch.
+  size_t decode_weight_bytes() const { return decode_weight_bytes_; }
   const ExecutorStats& stats() const { return stats_; }
   bool graphs_enabled() const { return graphs_ != nullptr; }
   backend::Backend& backend() { return backend_; }
@@ -119,6 +122,7 @@ class Executor {
   std::unique_ptr<kv::CellCache> cache_;
   std::vector<backend::TensorRef> weights_;  // by ValueId (same ids in every program)
   size_t weights_bytes_ = 0;
+  size_t decode_weight_bytes_ = 0;
   std::unique_ptr<GraphManager> graphs_;
 
   Buffer arena_, tokens_, positions_, logit_rows_, cells_, read_len_, cell_pos_, argmax_;

@@ -85,6 +85,14 @@ TEST(RunBenchmark, CountsEveryTokenOfEveryBatch) {
   EXPECT_EQ(j["results"][1]["itl_ms"]["count"], 40);
   EXPECT_EQ(j["bench"]["batch_sizes"], nlohmann::json({1, 4}));
   EXPECT_TRUE(j.contains("kv") && j.contains("load_ms") && j.contains("date"));
+  // The weights a decode step streams: all but part of the file (a tied table counts whole).
+  const size_t weight_bytes = engine.executor().decode_weight_bytes();
+  EXPECT_GT(weight_bytes, 0u);
+  EXPECT_LE(weight_bytes, engine.file().tensor_bytes());
+  EXPECT_EQ(j["decode_weight_bytes"], weight_bytes);
+  for (size_t i = 0; i < r.points.size(); ++i)
+    EXPECT_DOUBLE_EQ(j["results"][i]["weight_stream_gb_s"].get<double>(),
+                     r.points[i].generation_tok_s / r.points[i].batch * static_cast<double>(weight_bytes) / 1e9);
 }
 
 TEST(RunBenchmark, RefusesABatchTheRunnerCannotHoldAtOnce) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "common/expect_error.h"
 #include "common/test_models.h"
@@ -213,6 +215,31 @@ TEST(ModelConfig, Gemma3ScalesItsQueries) {
   }
   const auto llama = gguf::File::open(test::tiny_model("tiny-llama"));
   EXPECT_FALSE(read_model_config(*llama).scale_queries);
+}
+
+// A decode step reads every matrix and norm whole, the embedding table by rows only: unless the
+// output is tied to it, when the logits' product reads it whole too.
+TEST(DecoderProgram, WeightsReadWholeLeaveOutAnUntiedEmbeddingTable) {
+  for (const bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied output" : "output.weight");
+    model::RandomModelSpec spec = model::random_model_preset("tiny-llama");
+    spec.tied_output = tied;
+    const std::string path = ::testing::TempDir() + "cellm-read-whole-" + std::to_string(tied) + ".gguf";
+    model::write_random_model(spec, path);
+    const auto file = gguf::File::open(path);
+    const Program p = build_decoder_program(*file, read_model_config(*file), Method::Decode, 4);
+    std::remove(path.c_str());
+    std::vector<std::string> whole, weights;
+    for (const ValueId id : p.weights_read_whole()) whole.push_back(p.value(id).name);
+    for (const ValueInfo& v : p.values)
+      if (v.kind == ValueKind::Weight) weights.push_back(v.name);
+    const bool has_table = std::find(whole.begin(), whole.end(), "token_embd.weight") != whole.end();
+    EXPECT_EQ(has_table, tied);
+    // Everything else the program binds is read whole, once.
+    EXPECT_EQ(whole.size() + (tied ? 0 : 1), weights.size());
+    EXPECT_TRUE(std::find(whole.begin(), whole.end(), "output_norm.weight") != whole.end());
+    EXPECT_EQ(std::find(whole.begin(), whole.end(), "output.weight") != whole.end(), !tied);
+  }
 }
 
 TEST(ModelConfig, UnknownArchitectureListsTheSupportedOnes) {

@@ -27,7 +27,7 @@ def bench(cellm_bin, *args, check=True):
     return out
 
 
-def check_results(report, prompt, generated, batches):
+def check_results(report, prompt, generated, batches, cellm_bin=None):
     assert report["schema"] == "cellm.bench/1"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", report["date"])
     assert report["backend"].startswith("cpu")
@@ -49,6 +49,18 @@ def check_results(report, prompt, generated, batches):
         assert r["itl_ms"]["p99"] <= r["itl_ms"]["max"]
         assert len(r["rounds"]) == 1 and 0 < r["rounds"][0]["decode_tokens"] <= b * (generated - 1)
         assert r["steps"] >= generated and r["preemptions"] == 0
+        # A decode step yields one token per generation: generation_tok_s / b steps a second.
+        expected = r["generation_tok_s"] / b * report["decode_weight_bytes"] / 1e9
+        assert r["weight_stream_gb_s"] == pytest.approx(expected, rel=1e-9)
+    if cellm_bin is not None:
+        # What a decode step reads: every tensor of the file, of the embedding table one row a
+        # token (not counted) unless the output is tied to it.
+        info = json.loads(subprocess.run([str(cellm_bin), "inspect", "-m", report["model"], "--json"],
+                                         check=True, capture_output=True, text=True).stdout)
+        tensors = info["tensors"]["list"]
+        names = {t["name"] for t in tensors}
+        whole = sum(t["bytes"] for t in tensors if t["name"] != "token_embd.weight" or "output.weight" not in names)
+        assert report["decode_weight_bytes"] == whole
 
 
 def test_tiny_model_json_table_and_plot(cellm_bin, tiny_model, tmp_path):
@@ -56,13 +68,14 @@ def test_tiny_model_json_table_and_plot(cellm_bin, tiny_model, tmp_path):
     out = bench(cellm_bin, "-m", str(tiny_model), "-p", "32", "-n", "8", "--batch", "1,4", "--json", str(json_path),
                 "--plot", str(png_path))
     report = json.loads(json_path.read_text())
-    check_results(report, 32, 8, [1, 4])
+    check_results(report, 32, 8, [1, 4], cellm_bin)
     assert report["architecture"] == "llama" and report["model"] == str(tiny_model)
     png = png_path.read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
     # The table on stdout: a header and one row per batch size; logs stay on stderr.
     rows = [line for line in out.stdout.splitlines() if re.match(r"\|\s+\d+ \|", line)]
     assert [int(line.split("|")[1]) for line in rows] == [1, 4]
+    assert "weights GB/s" in out.stdout and "a decode step reads" in out.stdout
     assert "| batch |" in out.stdout and "warm-up" in out.stderr and "warm-up" not in out.stdout
 
 
@@ -77,7 +90,7 @@ def test_default_smollm2_tiny_sizes(cellm_bin, smollm2, tmp_path):
     json_path = tmp_path / "s.json"
     bench(cellm_bin, "-p", "16", "-n", "4", "--batch", "1,2", "--json", str(json_path))
     report = json.loads(json_path.read_text())
-    check_results(report, 16, 4, [1, 2])
+    check_results(report, 16, 4, [1, 2], cellm_bin)
     assert report["model"] == str(smollm2) or report["model"].endswith(smollm2.name)
 
 
