@@ -38,7 +38,7 @@ std::string joined(const std::vector<std::string>& names) {
 std::string type_names() {
   std::vector<std::string> names;
   for (DType t : model::random_model_types()) names.emplace_back(dtype_name(t));
-  names.emplace_back("q4_k_m");
+  names.emplace_back(model::kQ4KMName);
   return joined(names);
 }
 

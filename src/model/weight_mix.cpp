@@ -34,14 +34,13 @@ DType q4_k_m_type(const RandomModelSpec& s, std::string_view tensor, int32_t lay
 }  // namespace
 
 std::optional<WeightMix> weight_mix_from_name(std::string_view name) {
-  constexpr std::string_view q4_k_m = "q4_k_m";
   const auto same = [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; };
-  if (std::equal(name.begin(), name.end(), q4_k_m.begin(), q4_k_m.end(), same)) return WeightMix::Q4_K_M;
+  if (std::equal(name.begin(), name.end(), kQ4KMName.begin(), kQ4KMName.end(), same)) return WeightMix::Q4_K_M;
   return std::nullopt;
 }
 
 std::string_view weights_name(const RandomModelSpec& spec) {
-  return spec.mix == WeightMix::Q4_K_M ? "q4_k_m" : dtype_name(spec.type);
+  return spec.mix == WeightMix::Q4_K_M ? kQ4KMName : dtype_name(spec.type);
 }
 
 DType tensor_type(const RandomModelSpec& spec, std::string_view tensor, int32_t layer) {

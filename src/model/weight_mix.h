@@ -10,7 +10,10 @@
 
 namespace cellm::model {
 
-// "q4_k_m" (any case) names WeightMix::Q4_K_M; nothing for any other name.
+// The --type name of WeightMix::Q4_K_M.
+inline constexpr std::string_view kQ4KMName = "q4_k_m";
+
+// kQ4KMName (any case) names WeightMix::Q4_K_M; nothing for any other name.
 std::optional<WeightMix> weight_mix_from_name(std::string_view name);
 
 // What the matrices are written in, as --type names it: "q4_k_m", or the type ("q4_K").
