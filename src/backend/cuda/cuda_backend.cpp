@@ -194,15 +194,25 @@ namespace {
 // What the product adds to its outputs (ProductAddend, every product kernel adds it last with one
 // rounded addition: the bits of matmul + add, one launch fewer): the call's bias, or its
 // residual, which with one row is the product's bias (the one-row kernel loads a bias while the
-// weights arrive) and with a few a residual per output. False where the product does not take
-// it (a bias and a residual, a residual not of out's f32 shape, or rows where the add is better
-// apart: exact_product_adds_residual): the backend's default then makes the calls apart.
+// weights arrive) and with more a residual per output. False where the product does not take
+// it (a bias and a residual, or a residual not of out's f32 shape): the backend's default then
+// makes the calls apart.
+//
+// The tensor-core kernel (9 rows and more) adding the residual too, against an add of its own
+// (H100, llama3-8b Q4_K generation, one run, two rounds alternated, both with gemm_exact.cu's
+// grids of one block a multiprocessor spread): batch 16 2783 / 2778 -> 2802 / 2806 tok/s, 32
+// 4394 / 4402 -> 4526 / 4530, 64 6073 / 6025 -> 6193 / 6160; prompt 10.7 -> 11.1 k tok/s. Stop
+// 45 had seen it lose at 16 rows (2436 -> 2227): what lost was not the add but the GLU's kernel
+// that quantizes the down projection's rows, which the fused call then takes
+// (Matmul::run_after_glu). Started early, during gate/up, it let the down product's blocks
+// start early too, packed onto the few multiprocessors free then (kernel trace: down 54 -> 74
+// us a call); gemm_exact.cu's spread grids place them one a multiprocessor.
 bool product_addend(int64_t rows, const float* bias, const TensorRef* residual, const TensorRef& out,
                     ProductAddend& addend) {
   addend = ProductAddend(bias);
   if (residual == nullptr) return true;
   if (bias != nullptr || residual->dtype != DType::F32 || residual->rows != rows || residual->cols != out.cols ||
-      residual->row_stride % sizeof(float) != 0 || (rows > 1 && !exact_product_adds_residual(rows)))
+      residual->row_stride % sizeof(float) != 0)
     return false;
   const auto* rows_data = static_cast<const float*>(residual->data);
   addend = rows == 1 ? ProductAddend(rows_data)

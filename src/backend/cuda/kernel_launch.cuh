@@ -60,6 +60,9 @@ __device__ __forceinline__ void allow_next_kernel() {
 // no-ops) and the whole grid is resident at once. A grid of several waves starts in order: a
 // one-row decode step's attention (a block per head and context slot, most of which find
 // nothing to do) ran slower early (llama3-8b batch 1 352.4 -> 373.3 tok/s when it stopped).
+// A grid started early is placed while the kernel ahead still holds multiprocessors, as many
+// blocks a multiprocessor as fit on those free: gemm_exact.cu spreads its grids
+// (spread_shared_bytes).
 bool may_start_early(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes);
 
 // How many blocks of `kernel` (threads, dynamic shared memory) one multiprocessor of the current

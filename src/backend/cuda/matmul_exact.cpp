@@ -27,15 +27,6 @@ bool float_weights(DType type) { return type == DType::F32 || type == DType::F16
 
 }  // namespace
 
-// The residual in the product pays where the streaming kernels take the rows: SmolLM2's shape at
-// batch 8, graphs, 4742 -> 5222 tok/s (the add and, since the producer's fused call now applies,
-// the GLU's and attention's quantize launches gone), llama3-8b batch 8 1138 / 1140 -> 1133 / 1135.
-// The tensor-core kernel adding it in its epilogue (a residual load per output) lost at 16 rows:
-// llama3-8b batch 16 2436 / 2442 -> 2227 / 2232 tok/s, its 16 x 32 tiles 3339 -> 3827 us a step on
-// the critical path (kernel trace); batch 64 6136 / 6132 -> 6167 / 6170 (H100, one run,
-// alternated twice, stop 45). Not yet known why; there the add stays a launch of its own.
-bool exact_product_adds_residual(int64_t rows) { return rows < kExactGemmMinRows; }
-
 bool exact_matmul_supported(const TensorRef& x, const TensorRef& w) {
   ActivationFormat format;
   const bool known = float_weights(w.dtype) || activation_format_for(w.dtype, format);

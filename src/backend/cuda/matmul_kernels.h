@@ -105,10 +105,6 @@ void launch_glu_quantize(const TensorRef& gate, const TensorRef& up, backend::Gl
 // a weight type they know with whole 32-element blocks per row, 16-byte aligned weight rows.
 bool exact_matmul_supported(const TensorRef& x, const TensorRef& w);
 
-// Whether the exact product of `rows` activation rows should add a residual itself (ProductAddend)
-// rather than leave it to an add after it: where a streaming kernel takes the rows (a few).
-bool exact_product_adds_residual(int64_t rows);
-
 // out = x . w^T (+ the addend) for any number of rows. Quantized weights read the activations
 // from `q`, which must hold x quantized in w's activation format (launch_quantize_activations);
 // F32/F16/BF16 weights read x. `sm_count` sizes the grid.
