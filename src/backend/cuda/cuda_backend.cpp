@@ -198,7 +198,7 @@ namespace {
 // it (a bias and a residual, or a residual not of out's f32 shape): the backend's default then
 // makes the calls apart.
 //
-// The tensor-core kernel (9 rows and more) adding the residual too, against an add of its own
+// The tensor-core kernel (from 5 or 9 rows: matmul_exact.cpp) adding the residual too, against an add of its own
 // (H100, llama3-8b Q4_K generation, one run, two rounds alternated, both with gemm_exact.cu's
 // grids of one block a multiprocessor spread): batch 16 2783 / 2778 -> 2802 / 2806 tok/s, 32
 // 4394 / 4402 -> 4526 / 4530, 64 6073 / 6025 -> 6193 / 6160; prompt 10.7 -> 11.1 k tok/s. Stop

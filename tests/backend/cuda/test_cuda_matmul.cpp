@@ -384,9 +384,10 @@ TEST(CudaMatmul, BiasIsAddedLikeTheCpu) {
 // matmul_add (the residual added to the product in one op: every product kernel adds it last,
 // each output its own residual value, a one-row step's as the product's bias) gives the bits of
 // matmul then add, and of the CPU backend's matmul_add. Rows 1-3 take the one-token and
-// streaming kernels, 9 to 70 the tensor-core kernel: 9 and 24 in tiles of 16 and 32 rows (the
-// residual asked for right after the wait), 40 and 70 in tiles of 64 (asked for at the end, 70
-// with a partial second tile); the residual's rows are padded (its stride is not the output's).
+// streaming kernels, 6 those or (Q4_K) the tensor-core kernel, 9 to 70 the tensor-core kernel: 6,
+// 9 and 24 in tiles of 16 and 32 rows (the residual asked for right after the wait), 40 and 70 in
+// tiles of 64 (asked for at the end, 70 with a partial second tile); the residual's rows are
+// padded (its stride is not the output's).
 TEST(CudaMatmul, MatmulAddIsMatmulThenAdd) {
   CELLM_REQUIRE_GPU(gpu);
   const int64_t N = 70, K = 512, kPad = 6;
@@ -394,7 +395,7 @@ TEST(CudaMatmul, MatmulAddIsMatmulThenAdd) {
   for (DType type : {DType::F32, DType::F16, DType::Q4_K, DType::Q6_K, DType::Q4_1, DType::Q8_0}) {
     HostWeight w = quantized_weight(type, source);
     const TensorRef placed = gpu.place_weight(w.ref(), "w");
-    for (int64_t T : {1, 2, 3, 9, 24, 40, 70}) {
+    for (int64_t T : {1, 2, 3, 6, 9, 24, 40, 70}) {
       const Rows x = random_rows(T, K, static_cast<uint32_t>(400 + T));
       const Rows padded = random_rows(T, N + kPad, static_cast<uint32_t>(500 + T), 4.0f);
       Rows residual(T, N);
