@@ -64,8 +64,6 @@ constexpr int kThreads = kThreadsFor<kRows>;
 // nothing (H100, llama3-8b batch 64: 4883.9 tok/s at two stages, 4884.2 at three).
 constexpr int kStages = 2;
 constexpr int kBlocksPerSm = kGemmBlocksPerSm;
-// Grids that need at most this many blocks a multiprocessor are spread (spread_shared_bytes).
-constexpr int kSpreadMaxBlocksPerSm = 2;
 
 __device__ __forceinline__ void mma_k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -519,7 +517,8 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int64_t n = n0 + (i < 2 ? ra : rb), t = t0 + wt + 8 * j + 2 * quad + (i & 1);
-          if (n < a.n && t < a.tokens) residual[j][i] = a.addend.residual[static_cast<size_t>(t) * a.addend.residual_stride + n];
+          if (n < a.n && t < a.tokens)
+            residual[j][i] = a.addend.residual[static_cast<size_t>(t) * a.addend.residual_stride + n];
         }
       }
     }
@@ -610,49 +609,20 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
   }
 }
 
-// The shared memory a launch of `blocks` blocks asks for: the kernel's own, or more, so that a
-// multiprocessor holds no more of its blocks than an even spread needs (the blocks over the
-// multiprocessors, rounded up). Why: a grid of one wave starts early (kernel_launch.cuh), while
-// the kernel ahead still holds most multiprocessors, and the scheduler then packs its blocks onto
-// the few that are free, as many as fit (four of the 16 x 32 tiles). Each block here walks all
-// of K on its own, so a multiprocessor's share is its blocks' time end to end. H100, llama3-8b
-// Q4_K, one run, two rounds alternated, generation tok/s at batch 16 / 32 / 64:
-//  - grids of one block a multiprocessor or fewer spread: 2400 / 4390 / 6038 and 2386 / 4354 /
-//    6019 -> 2783 / 4394 / 6073 and 2778 / 4402 / 6025. Kernel trace at batch 16: the 4096-row
-//    products (128 blocks) o 21.2 -> 12.3 us a call, down 54.3 -> 42.3;
-//  - with the residual added in the product (cuda_backend.cpp), grids of up to two a
-//    multiprocessor spread too (q/k/v's 192 blocks at 16 rows): 2802 / 4526 / 6193 and 2806 /
-//    4530 / 6160 -> 2927 / 4531 / 6166 and 2932 / 4534 / 6187.
-size_t spread_shared_bytes(size_t kernel_bytes, int64_t blocks) {
-  static const auto [sm_count, sm_shared] = [] {
-    int device = 0, sms = 0, bytes = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-    check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "shared memory per SM");
-    return std::pair<int64_t, size_t>{sms, static_cast<size_t>(bytes)};
-  }();
-  const int64_t per_sm = (blocks + sm_count - 1) / sm_count;
-  if (per_sm > kSpreadMaxBlocksPerSm) return kernel_bytes;
-  // One block more than per_sm must not fit; the driver also reserves 1 KB a block.
-  return std::max(kernel_bytes, sm_shared / static_cast<size_t>(per_sm + 1));
-}
-
 template <class F, int kTokens, int kMinBlocks = kBlocksPerSm, int kR = kRows>
 void launch_tokens(const GemmArgs& args, cudaStream_t stream) {
-  const auto kernel = gemm_exact_kernel<F, kTokens, kR, kMinBlocks>;
-  constexpr size_t kShared = sizeof(Shared<F, kTokens, kR>);
-  static const bool configured = [&] {
-    // The most a spread launch asks for: half a multiprocessor's (one block each).
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(spread_shared_bytes(kShared, 1))),
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(gemm_exact_kernel<F, kTokens, kR, kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(sizeof(Shared<F, kTokens, kR>))),
           "exact gemm shared memory");
     return true;
   }();
   (void)configured;
   const dim3 grid(static_cast<unsigned>((args.tokens + kTokens - 1) / kTokens),
                   static_cast<unsigned>((args.n + kR - 1) / kR));
-  launch_kernel("exact gemm kernel", kernel, grid, kThreadsFor<kR>,
-                spread_shared_bytes(kShared, static_cast<int64_t>(grid.x) * grid.y), stream, args);
+  launch_kernel("exact gemm kernel", gemm_exact_kernel<F, kTokens, kR, kMinBlocks>, grid, kThreadsFor<kR>,
+                sizeof(Shared<F, kTokens, kR>),
+                stream, args);
 }
 
 // The kernel of a tile (choose_gemm_tile); the formats other than Q4_K/Q5_K have only the

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 namespace cellm::cuda {
 namespace {
@@ -50,6 +51,60 @@ int resident_blocks_per_sm(const void* kernel, int threads, size_t shared_bytes)
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   return resident_blocks_on(device, kernel, threads, shared_bytes);
+}
+
+// Measured on H100, one run, two rounds alternated (generation tok/s):
+//  - as gemm_exact.cu's own rule first (every grid of the tensor-core product of one block a
+//    multiprocessor or fewer): llama3-8b Q4_K batch 16 2400 / 2386 -> 2783 / 2778. Kernel trace
+//    at batch 16: its 4096-row products (128 blocks) spread over 128 multiprocessors, o 21.2 ->
+//    12.3 us a call, down 54.3 -> 42.3; it had been packed four to a multiprocessor behind the
+//    GLU's kernel, which started early during gate/up (cuda_backend.cpp's product_addend);
+//  - up to two a multiprocessor (q/k/v's 192 blocks at 16 rows): 2802 / 2806 -> 2927 / 2932;
+//  - here, for every kernel that starts early, against the tensor-core product's rule alone:
+//    SmolLM2's shape (Q4_1, whose small products are grids of 72-120 blocks) batch 1 1500 / 1504
+//    -> 1524 / 1548, batch 8 5269 / 5224 -> 6127 / 6181 (1.17x); llama3-8b batch 8 1669 / 1672 ->
+//    1702 / 1702, batch 16 2902 / 2919 -> 2986 / 2989, batch 1 453 / 455 -> 456 / 457.
+// Early launches up to 64 rows as well (kEarlyLaunchMaxRows) then gained nothing clear: batch
+// 32 4544 / 4544 -> 4575 / 4597, batch 64 6178 / 6261 -> 6238 / 6252.
+size_t early_spread_shared_bytes(const void* kernel, dim3 grid, size_t shared_bytes) {
+  struct SharedFacts {
+    int64_t sm_count = 0;
+    size_t per_sm = 0, per_block = 0;  // bytes a multiprocessor has; a block may ask for
+  };
+  static const SharedFacts facts = [] {
+    int device = 0, sms = 0, per_sm = 0, per_block = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+    check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "shared memory per SM");
+    check(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory per block");
+    return SharedFacts{sms, static_cast<size_t>(per_sm), static_cast<size_t>(per_block)};
+  }();
+  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
+  const int64_t spread = (blocks + facts.sm_count - 1) / facts.sm_count;
+  if (spread > kSpreadMaxBlocksPerSm) return shared_bytes;
+  // A block's share: one block more than `spread` must not fit (the driver also reserves 1 KB a
+  // block, so the share itself still fits `spread` times).
+  const size_t share = facts.per_sm / static_cast<size_t>(spread + 1);
+  // Per kernel: its static shared memory and the dynamic amount it may ask for now (raised here
+  // only, never lowered: a launcher may have raised it for its own needs).
+  static std::map<const void*, std::pair<size_t, size_t>> kernels;
+  std::lock_guard<std::mutex> lock(facts_mutex);
+  auto it = kernels.find(kernel);
+  if (it == kernels.end()) {
+    cudaFuncAttributes attrs{};
+    check(cudaFuncGetAttributes(&attrs, kernel), "kernel attributes");
+    const auto dynamic_now = static_cast<size_t>(attrs.maxDynamicSharedSizeBytes);
+    it = kernels.emplace(kernel, std::make_pair(attrs.sharedSizeBytes, dynamic_now)).first;
+  }
+  const auto [static_bytes, allowed] = it->second;
+  if (share <= static_bytes + shared_bytes || share > facts.per_block) return shared_bytes;
+  const size_t dynamic = share - static_bytes;
+  if (allowed < dynamic) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic)),
+          "kernel shared memory");
+    it->second.second = dynamic;
+  }
+  return dynamic;
 }
 
 bool may_start_early(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes) {

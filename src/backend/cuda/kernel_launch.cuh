@@ -60,10 +60,17 @@ __device__ __forceinline__ void allow_next_kernel() {
 // no-ops) and the whole grid is resident at once. A grid of several waves starts in order: a
 // one-row decode step's attention (a block per head and context slot, most of which find
 // nothing to do) ran slower early (llama3-8b batch 1 352.4 -> 373.3 tok/s when it stopped).
-// A grid started early is placed while the kernel ahead still holds multiprocessors, as many
-// blocks a multiprocessor as fit on those free: gemm_exact.cu spreads its grids
-// (spread_shared_bytes).
 bool may_start_early(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes);
+
+// The dynamic shared memory a launch of `kernel` that starts early asks for: shared_bytes, or
+// more, so that no multiprocessor can hold more of its blocks than an even spread needs (the
+// blocks over the multiprocessors, rounded up), where that is at most kSpreadMaxBlocksPerSm.
+// Why: a grid started early is placed while the kernel ahead still holds most multiprocessors,
+// and the scheduler packs its blocks onto the few that are free, as many as fit; a block that
+// walks a whole row of weights alone then shares its multiprocessor with three others while
+// most multiprocessors idle. kernel_launch.cpp has the figures.
+inline constexpr int kSpreadMaxBlocksPerSm = 2;
+size_t early_spread_shared_bytes(const void* kernel, dim3 grid, size_t shared_bytes);
 
 // How many blocks of `kernel` (threads, dynamic shared memory) one multiprocessor of the current
 // device holds at once; asked of the driver once per (device, kernel, threads, shared memory).
@@ -81,7 +88,10 @@ void launch_kernel(const char* what, void (*kernel)(Params...), dim3 grid, dim3 
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = &early;
-  config.numAttrs = may_start_early(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes) ? 1 : 0;
+  const void* entry = reinterpret_cast<const void*>(kernel);
+  const bool starts_early = may_start_early(entry, grid, block, shared_bytes);
+  config.numAttrs = starts_early ? 1 : 0;
+  if (starts_early) config.dynamicSmemBytes = early_spread_shared_bytes(entry, grid, shared_bytes);
   check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
 }
 

@@ -22,12 +22,13 @@ namespace {
 // 1154.3).
 constexpr int64_t kExactGemmMinRows = 9;
 // Q4_K/Q5_K, whose tiles multiply the raw super-blocks (gemm_direct_format), from 5 rows since
-// gemm_exact.cu spreads its grids (the o and down products had lost at 5-6 rows above, their
-// blocks packed onto few multiprocessors). H100, one run, generation tok/s: llama3-8b Q4_K
-// batch 8 (a graph of 8 rows) 1142 / 1136 -> 1683 / 1669 (1.47x, two rounds), llama3-8b Q4_K_M
-// batch 8 906 -> 1163 (1.28x). The formats that decode each step's weights to int8 rows first
-// stay at 9: with Q6_K from 5 rows too, Q4_K_M's batch 8 reached only 1085; SmolLM2's shape
-// (Q4_1) batch 8 5189 -> 5334 (one round, not taken).
+// early-started grids are spread (kernel_launch.cuh; the o and down products had lost at 5-6
+// rows above, their blocks packed onto few multiprocessors). H100, one run, generation tok/s
+// (the tensor-core product's grids spread): llama3-8b Q4_K batch 8 (a graph of 8 rows) 1142 /
+// 1136 -> 1683 / 1669 (1.47x, two rounds), llama3-8b Q4_K_M batch 8 906 -> 1163 (1.28x). The
+// formats that decode each step's weights to int8 rows first stay at 9: with Q6_K from 5 rows
+// too, Q4_K_M's batch 8 reached only 1085; SmolLM2's shape (Q4_1) batch 8 5189 -> 5334 (one
+// round, not taken).
 constexpr int64_t kDirectGemmMinRows = 5;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
