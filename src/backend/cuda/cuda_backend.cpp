@@ -198,16 +198,19 @@ namespace {
 // it (a bias and a residual, or a residual not of out's f32 shape): the backend's default then
 // makes the calls apart.
 //
-// The tensor-core kernel (from 5 or 9 rows: matmul_exact.cpp) adding the residual too, against
-// an add of its own (H100, llama3-8b Q4_K generation, one run, two rounds alternated, with the
+// In the streaming kernels (a few rows) it paid first: SmolLM2's shape at batch 8, graphs, 4742 ->
+// 5222 tok/s (the add and, since the producer's fused call then applies, the GLU's and attention's
+// quantize launches gone), llama3-8b batch 8 1138 / 1140 -> 1133 / 1135 (H100, stop 45). The
+// tensor-core kernel (from 5 or 9 rows: matmul_exact.cpp) adding the residual too, against an add
+// of its own (H100, llama3-8b Q4_K generation, one run, two rounds alternated, with the
 // early-started grids spread: kernel_launch.cuh): batch 16 2783 / 2778 -> 2802 / 2806 tok/s, 32
-// 4394 / 4402 -> 4526 / 4530, 64 6073 / 6025 -> 6193 / 6160; prompt 10.7 -> 11.1 k tok/s (at 32
-// and 64 rows without the spread too: 4374 / 4369 -> 4434 / 4494, 6082 / 6082 -> 6189 / 6252).
-// Stop 45 had seen it lose at 16 rows (2436 -> 2227): what lost was not the add but the GLU's
-// kernel that quantizes the down projection's rows, which the fused call then takes
-// (Matmul::run_after_glu). Started early, during gate/up, it let the down product's blocks
-// start early too, packed onto the few multiprocessors free then (kernel trace: down 54 -> 74
-// us a call); spread, they take one multiprocessor each.
+// 4394 / 4402 -> 4526 / 4530, 64 6073 / 6025 -> 6193 / 6160; prompt 10.7 -> 11.1 k tok/s (at 32 and
+// 64 rows without the spread too: 4374 / 4369 -> 4434 / 4494, 6082 / 6082 -> 6189 / 6252). Stop 45
+// had seen it lose at 16 rows (2436 -> 2227): what lost was not the add but the GLU's kernel that
+// quantizes the down projection's rows, which the fused call then takes (Matmul::run_after_glu).
+// Started early, during gate/up, it let the down product's blocks start early too, packed onto the
+// few multiprocessors free then (kernel trace: down 54 -> 74 us a call); spread, they take one
+// multiprocessor each.
 bool product_addend(int64_t rows, const float* bias, const TensorRef* residual, const TensorRef& out,
                     ProductAddend& addend) {
   addend = ProductAddend(bias);

@@ -506,8 +506,8 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
   // A residual (MatMulAdd) is asked for here, right after the wait, and arrives while the first
   // steps are multiplied, where loaded in the epilogue it was a trip to memory every block took
   // last. Tiles of up to 32 activation rows (8 values a thread); larger ones load it at the end.
-  // H100, llama3-8b Q4_K, one run, two rounds, generation tok/s at batch 16 / 32 / 64: 2778 /
-  // 4394 / 6072 and 2781 / 4434 / 6069 -> 2802 / 4526 / 6193 and 2806 / 4530 / 6160.
+  // H100, llama3-8b Q4_K, one run, two rounds, grids spread, generation tok/s at batch 16 / 32 /
+  // 64: 2778 / 4394 / 6072 and 2781 / 4434 / 6069 -> 2802 / 4526 / 6193 and 2806 / 4530 / 6160.
   constexpr bool kEarlyResidual = kJ <= 2;
   float residual[kEarlyResidual ? kJ : 1][4] = {};
   if constexpr (kEarlyResidual) {
