@@ -25,6 +25,7 @@ struct BatchFlags {
   PromptFlags prompt_format;
   std::string prompts_file;
   int32_t n_predict = 128;
+  bool ignore_eos = false;
   std::string report;
   bool quiet = false;
 };
@@ -69,12 +70,14 @@ batching::GenerationRequest make_request(const BatchFlags& flags, const batching
   std::optional<std::string> system;
   SamplingFlags sampling = flags.sampling;
   r.max_tokens = flags.n_predict;
+  r.ignore_eos = flags.ignore_eos;
   const nlohmann::json& s = p.spec;
   try {
     if (s.is_object()) {
       if (s.contains("system")) system = s["system"].get<std::string>();
       if (s.contains("raw")) raw = s["raw"].get<bool>();
       if (s.contains("max_tokens")) r.max_tokens = s["max_tokens"].get<int32_t>();
+      if (s.contains("ignore_eos")) r.ignore_eos = s["ignore_eos"].get<bool>();
       if (s.contains("temperature")) sampling.temperature = s["temperature"].get<float>();
       if (s.contains("top_k")) sampling.top_k = s["top_k"].get<int32_t>();
       if (s.contains("top_p")) sampling.top_p = s["top_p"].get<float>();
@@ -161,12 +164,15 @@ void add_batch_command(CLI::App& app, CommandAction& action) {
   auto flags = std::make_shared<BatchFlags>();
   auto* cmd = app.add_subcommand("batch", "Run many prompts together through the continuous-batching engine");
   cmd->add_option("--prompts", flags->prompts_file,
-                  "File with one prompt per line, or JSON lines {\"prompt\": ..., \"max_tokens\", \"temperature\", "
-                  "\"top_k\", \"top_p\", \"min_p\", \"seed\", \"stop\", \"system\", \"raw\", \"expect\"}")
+                  "File with one prompt per line, or JSON lines {\"prompt\": ..., \"max_tokens\", \"ignore_eos\", "
+                  "\"temperature\", \"top_k\", \"top_p\", \"min_p\", \"repeat_penalty\", \"seed\", \"stop\", "
+                  "\"system\", \"raw\", \"expect\"}")
       ->required();
   cmd->add_option("-n,--n-predict", flags->n_predict, "Most tokens per generation (a JSON line's max_tokens wins)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_flag("--ignore-eos", flags->ignore_eos,
+                "Keep generating past end-of-generation tokens, to max_tokens (benchmarks; a JSON line's ignore_eos wins)");
   cmd->add_option("--report", flags->report, "Write the JSON report here");
   cmd->add_flag("-q,--quiet", flags->quiet, "Do not print the generations");
   flags->engine.add_to(*cmd, /*batch_flags=*/true);

@@ -60,3 +60,27 @@ def test_bad_prompt_files_are_refused(cellm_bin, smollm2, tmp_path):
     missing = subprocess.run([str(cellm_bin), "batch", "--prompts", str(tmp_path / "none")], capture_output=True,
                              text=True)
     assert missing.returncode != 0 and "none" in missing.stderr
+
+
+def test_ignore_eos_runs_to_the_token_limit(cellm_bin, smollm2, tmp_path):
+    """The answer to the France prompt ends with end-of-generation well before 32 tokens; with
+    --ignore-eos every generation runs to -n, and a JSON line's ignore_eos wins over the flag."""
+    france = PROMPTS[:1]
+    stopped, _ = batch(cellm_bin, tmp_path, france, name="eos")
+    assert len(stopped["generations"][0]["tokens"]) < 32
+    assert stopped["generations"][0]["finish_reason"] == "stop"
+    forced, _ = batch(cellm_bin, tmp_path, france, "--ignore-eos", name="forced")
+    assert len(forced["generations"][0]["tokens"]) == 32
+    assert forced["generations"][0]["finish_reason"] == "length"
+    # The same greedy start, then past the end-of-generation token.
+    n = len(stopped["generations"][0]["tokens"])
+    assert forced["generations"][0]["tokens"][:n] == stopped["generations"][0]["tokens"]
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text(json.dumps({"prompt": france[0][0], "ignore_eos": True}) + "\n" +
+                     json.dumps({"prompt": france[0][0], "ignore_eos": False}) + "\n")
+    report_file = tmp_path / "lines.json"
+    out = subprocess.run([str(cellm_bin), "batch", "--prompts", str(lines), "--temp", "0", "-n", "32", "--ignore-eos",
+                          "--report", str(report_file)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    lengths = [len(g["tokens"]) for g in json.loads(report_file.read_text())["generations"]]
+    assert lengths == [32, n]
