@@ -11,6 +11,8 @@ namespace {
 struct DeviceFacts {
   bool early = false;  // compute capability 9.0 or later
   int sm_count = 0;
+  size_t sm_shared = 0;     // shared memory bytes a multiprocessor has
+  size_t block_shared = 0;  // the most a block may ask for
 };
 
 // Asked once per device and once per (kernel, block, shared memory): launches happen hundreds of
@@ -23,10 +25,13 @@ DeviceFacts device_facts(int device) {
   std::lock_guard<std::mutex> lock(facts_mutex);
   auto it = known.find(device);
   if (it != known.end()) return it->second;
-  int major = 0, sms = 0;
+  int major = 0, sms = 0, sm_shared = 0, block_shared = 0;
   check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-  return known[device] = DeviceFacts{major >= 9, sms};
+  check(cudaDeviceGetAttribute(&sm_shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "SM shared memory");
+  check(cudaDeviceGetAttribute(&block_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "block shared memory");
+  return known[device] =
+             DeviceFacts{major >= 9, sms, static_cast<size_t>(sm_shared), static_cast<size_t>(block_shared)};
 }
 
 int resident_blocks_on(int device, const void* kernel, int threads, size_t shared_bytes) {
@@ -67,37 +72,28 @@ int resident_blocks_per_sm(const void* kernel, int threads, size_t shared_bytes)
 // Early launches up to 64 rows as well (kEarlyLaunchMaxRows) then gained nothing clear: batch
 // 32 4544 / 4544 -> 4575 / 4597, batch 64 6178 / 6261 -> 6238 / 6252.
 size_t early_spread_shared_bytes(const void* kernel, dim3 grid, size_t shared_bytes) {
-  struct SharedFacts {
-    int64_t sm_count = 0;
-    size_t per_sm = 0, per_block = 0;  // bytes a multiprocessor has; a block may ask for
-  };
-  static const SharedFacts facts = [] {
-    int device = 0, sms = 0, per_sm = 0, per_block = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-    check(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "shared memory per SM");
-    check(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory per block");
-    return SharedFacts{sms, static_cast<size_t>(per_sm), static_cast<size_t>(per_block)};
-  }();
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const DeviceFacts facts = device_facts(device);
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
   const int64_t spread = (blocks + facts.sm_count - 1) / facts.sm_count;
   if (spread > kSpreadMaxBlocksPerSm) return shared_bytes;
   // A block's share: one block more than `spread` must not fit (the driver also reserves 1 KB a
   // block, so the share itself still fits `spread` times).
-  const size_t share = facts.per_sm / static_cast<size_t>(spread + 1);
-  // Per kernel: its static shared memory and the dynamic amount it may ask for now (raised here
-  // only, never lowered: a launcher may have raised it for its own needs).
-  static std::map<const void*, std::pair<size_t, size_t>> kernels;
+  const size_t share = facts.sm_shared / static_cast<size_t>(spread + 1);
+  // Per (device, kernel): its static shared memory and the dynamic amount it may ask for now
+  // (raised here only, never lowered: a launcher may have raised it for its own needs).
+  static std::map<std::pair<int, const void*>, std::pair<size_t, size_t>> kernels;
   std::lock_guard<std::mutex> lock(facts_mutex);
-  auto it = kernels.find(kernel);
+  auto it = kernels.find({device, kernel});
   if (it == kernels.end()) {
     cudaFuncAttributes attrs{};
     check(cudaFuncGetAttributes(&attrs, kernel), "kernel attributes");
     const auto dynamic_now = static_cast<size_t>(attrs.maxDynamicSharedSizeBytes);
-    it = kernels.emplace(kernel, std::make_pair(attrs.sharedSizeBytes, dynamic_now)).first;
+    it = kernels.emplace(std::make_pair(device, kernel), std::make_pair(attrs.sharedSizeBytes, dynamic_now)).first;
   }
   const auto [static_bytes, allowed] = it->second;
-  if (share <= static_bytes + shared_bytes || share > facts.per_block) return shared_bytes;
+  if (share <= static_bytes + shared_bytes || share > facts.block_shared) return shared_bytes;
   const size_t dynamic = share - static_bytes;
   if (allowed < dynamic) {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic)),
