@@ -598,13 +598,10 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
       if (n >= a.n || t >= a.tokens) continue;
       float v = acc[0][j][i];
       if constexpr (kAcc == 4) v = __fadd_rn(__fadd_rn(acc[0][j][i], acc[1][j][i]), __fadd_rn(acc[2][j][i], acc[3][j][i]));
-      if constexpr (kEarlyResidual) {
-        if (a.addend.residual != nullptr) {
-          a.out[static_cast<size_t>(t) * a.out_stride + n] = __fadd_rn(v, residual[j][i]);
-          continue;
-        }
-      }
-      a.out[static_cast<size_t>(t) * a.out_stride + n] = a.addend.added(v, t, n);
+      // The residual loaded after the wait, or the addend's own (a bias, a later-loaded residual).
+      const bool preloaded = kEarlyResidual && a.addend.residual != nullptr;
+      a.out[static_cast<size_t>(t) * a.out_stride + n] =
+          preloaded ? __fadd_rn(v, residual[kEarlyResidual ? j : 0][i]) : a.addend.added(v, t, n);
     }
   }
 }

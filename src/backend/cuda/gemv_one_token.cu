@@ -406,22 +406,17 @@ void launch(const OneTokenArgs& a, int sm_count, cudaStream_t stream) {
   const auto kernel = gemv_one_token_kernel<F, kQuantizes, kTokens>;
   using S = Staging<F, kTokens>;
   const size_t shared = S::kSharedBytes + (kQuantizes ? activation_bytes(a.k) : 0);
-  // Blocks per multiprocessor: the register limit (found once) and this launch's shared memory.
-  static const int register_blocks = [&] {
+  // The widest row's shared memory is allowed once; the blocks a multiprocessor holds at this
+  // launch's (registers and shared memory) are the driver's answer, cached per device.
+  static const bool configured = [&] {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(S::kSharedBytes + (kQuantizes ? activation_bytes(kMaxColumns) : 0))),
           "one-token gemv shared memory");
-    int blocks = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0), "one-token gemv occupancy");
-    return std::max(blocks, 1);
+    return true;
   }();
-  static const size_t sm_shared = [] {
-    int device = 0, bytes = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), "shared memory per SM");
-    return static_cast<size_t>(bytes);
-  }();
-  const int blocks_per_sm = std::max(1, std::min(register_blocks, static_cast<int>(sm_shared / (shared + 1024))));
+  (void)configured;
+  const int blocks_per_sm =
+      std::max(1, resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, shared));
   const int64_t groups = (a.n + kRows - 1) / kRows;
   // Every resident block, though some then take a group more than others (llama3-8b's q/k/v:
   // 768 groups, 240 of 528 blocks take two). Spreading them evenly over fewer blocks (384 of two)
