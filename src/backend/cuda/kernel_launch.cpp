@@ -48,16 +48,6 @@ int resident_blocks_on(int device, const void* kernel, int threads, size_t share
   return known[key] = blocks;
 }
 
-}  // namespace
-
-void set_early_launches(bool on) { early_launches = on; }
-
-int resident_blocks_per_sm(const void* kernel, int threads, size_t shared_bytes) {
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  return resident_blocks_on(device, kernel, threads, shared_bytes);
-}
-
 // Measured on H100, one run, two rounds alternated (generation tok/s):
 //  - as gemm_exact.cu's own rule first (every grid of the tensor-core product of one block a
 //    multiprocessor or fewer): llama3-8b Q4_K batch 16 2400 / 2386 -> 2783 / 2778. Kernel trace
@@ -71,10 +61,8 @@ int resident_blocks_per_sm(const void* kernel, int threads, size_t shared_bytes)
 //    1702 / 1702, batch 16 2902 / 2919 -> 2986 / 2989, batch 1 453 / 455 -> 456 / 457.
 // Early launches up to 64 rows as well (kEarlyLaunchMaxRows) then gained nothing clear: batch
 // 32 4544 / 4544 -> 4575 / 4597, batch 64 6178 / 6261 -> 6238 / 6252.
-size_t early_spread_shared_bytes(const void* kernel, dim3 grid, size_t shared_bytes) {
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  const DeviceFacts facts = device_facts(device);
+size_t early_spread_shared_bytes(int device, const DeviceFacts& facts, const void* kernel, dim3 grid,
+                                 size_t shared_bytes) {
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
   const int64_t spread = (blocks + facts.sm_count - 1) / facts.sm_count;
   if (spread > kSpreadMaxBlocksPerSm) return shared_bytes;
@@ -103,15 +91,27 @@ size_t early_spread_shared_bytes(const void* kernel, dim3 grid, size_t shared_by
   return dynamic;
 }
 
-bool may_start_early(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes) {
-  if (!early_launches) return false;
+}  // namespace
+
+void set_early_launches(bool on) { early_launches = on; }
+
+int resident_blocks_per_sm(const void* kernel, int threads, size_t shared_bytes) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  return resident_blocks_on(device, kernel, threads, shared_bytes);
+}
+
+std::optional<size_t> early_launch_shared_bytes(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes) {
+  if (!early_launches) return std::nullopt;
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   const DeviceFacts facts = device_facts(device);
-  if (!facts.early) return false;
+  if (!facts.early) return std::nullopt;
   const int threads = static_cast<int>(block.x * block.y * block.z);
   const auto blocks = static_cast<size_t>(grid.x) * grid.y * grid.z;
-  return blocks <= static_cast<size_t>(facts.sm_count) * resident_blocks_on(device, kernel, threads, shared_bytes);
+  if (blocks > static_cast<size_t>(facts.sm_count) * resident_blocks_on(device, kernel, threads, shared_bytes))
+    return std::nullopt;
+  return early_spread_shared_bytes(device, facts, kernel, grid, shared_bytes);
 }
 
 }  // namespace cellm::cuda
