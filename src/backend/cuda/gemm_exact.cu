@@ -1,8 +1,8 @@
 // The exact product of quantized weights with quantized activations for many activation rows
 // (prefill, decode of many sequences), on the int8 tensor cores. A block of 8 warps owns 64
 // weight rows x 64 activation rows (32 where 64 would leave multiprocessors idle, and for
-// Q4_K/Q5_K 16 for 16 rows or fewer; Q4_K/Q5_K blocks of 32 weight rows and 4 warps where
-// blocks of 64 would leave multiprocessors idle: gemm_tile.h's choose_gemm_tile) and walks K
+// Q4_K/Q5_K/Q6_K 16 for 16 rows or fewer; for those also blocks of 32 weight rows and 4 warps
+// where blocks of 64 would leave multiprocessors idle: gemm_tile.h's choose_gemm_tile) and walks K
 // in steps of 256 elements (eight 32-element blocks, or one super-block):
 //  1. the step's raw weight bytes (the 16-byte chunks around them), activation codes and
 //     scales come to shared memory with cp.async, one step ahead of the step being multiplied;
@@ -56,7 +56,6 @@ constexpr int kTileStride = kStepElems + 16;  // bytes per int8 tile row: confli
 // Q4_K/Q5_K: a super-block's 16 group sums (32 bytes) per activation row, rows 48 bytes apart so
 // that eight rows' same word falls in eight different banks.
 constexpr int kGroupStride = 24;  // int16 per row
-constexpr int kThreads = kThreadsFor<kRows>;
 // Steps in flight: the one multiplied and the one being copied. Two blocks share a
 // multiprocessor (registers held to 128), so one block's copies and barriers hide behind the
 // other's multiplies; three stages fit one block only and ran 1.3x slower (H200, Q4_K). The
@@ -112,6 +111,11 @@ struct Tile {
   static constexpr bool kBlockSums = F::kHasMin && !kKQuant;  // Q4_1/Q5_1: Q8_1 sums per block
   // Q4_K/Q5_K: fragments straight from the raw super-blocks (multiply_direct), nothing decoded.
   static constexpr bool kDirect = F::kType == DType::Q4_K || F::kType == DType::Q5_K;
+  // The 16-row activation tiles and the 32-row weight tiles (gemm_tile.h): the direct formats,
+  // and Q6_K, which real Q4_K_M files hold (the output, ffn_down and attn_v of about half the
+  // layers) and whose 1024- and 4096-row products filled a quarter to half of the
+  // multiprocessors in blocks of 64 x 32 or 64 x 64.
+  static constexpr bool kSmallTiles = kDirect || F::kType == DType::Q6_K;
   static constexpr int kDecodedRows = kDirect ? 1 : kR;
 };
 
@@ -294,15 +298,15 @@ struct DirectCopies {
   }
 };
 
-// Step s's raw weights (landed in st) decoded into the shared int8 rows and scales:
-// (row, block, part) units.
-template <class F, class St, class Sh>
+// Step s's raw weights (landed in st) decoded into the shared int8 rows and scales of the
+// block's kR weight rows: (row, block, part) units.
+template <class F, int kR, class St, class Sh>
 __device__ void decode_step(const GemmArgs& a, const St& st, Sh& sh, int s) {
-  using Tl = Tile<F>;
+  using Tl = Tile<F, kR>;
   const int offset = (s * Tl::kStepBytes) & 15;
   const int step_blocks = min(Tl::kBlocks, a.blocks - s * Tl::kBlocks);
-  constexpr int kUnits = kRows * Tl::kBlocks * F::kLanes;
-  for (int u = threadIdx.x; u < kUnits; u += kThreads) {
+  constexpr int kUnits = kR * Tl::kBlocks * F::kLanes;
+  for (int u = threadIdx.x; u < kUnits; u += kThreadsFor<kR>) {
     const int r = u / (Tl::kBlocks * F::kLanes), b = (u / F::kLanes) % Tl::kBlocks, part = u % F::kLanes;
     if (b >= step_blocks) continue;
     const uint8_t* block = &st.raw[r][offset + b * F::kBlockBytes];
@@ -477,7 +481,8 @@ template <class F, int kTokens, int kR, int kMinBlocks>
 __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel(GemmArgs a) {
   allow_next_kernel();
   using Tl = Tile<F, kR>;
-  static_assert(Tl::kDirect || kR == kRows, "only Q4_K/Q5_K have 32-row weight tiles");
+  static_assert(Tl::kSmallTiles || kR == kRows, "only Q4_K/Q5_K/Q6_K have 32-row weight tiles");
+  static_assert(Tl::kSmallTiles || kTokens >= 32, "only Q4_K/Q5_K/Q6_K have 16-row activation tiles");
   constexpr int kJ = kTokens / 16;  // the warp's tiles of 8 activation rows
   // multiply_direct unrolls where it does not spill: tiles of 32 activation rows or fewer
   // within 128 registers, and any tile whose blocks a multiprocessor holds leave a thread 255.
@@ -537,7 +542,7 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
     if constexpr (Tl::kDirect) {
       multiply_direct<F, kTokens, kR, kUnrolled>(st, at, acc[0]);
     } else {
-      decode_step<F>(a, st, sh, s);
+      decode_step<F, kR>(a, st, sh, s);
       __syncthreads();
       if constexpr (!Tl::kKQuant) {
         const int step_blocks = min(Tl::kBlocks, a.blocks - s * Tl::kBlocks);
@@ -564,19 +569,27 @@ __global__ void __launch_bounds__(kThreadsFor<kR>, kMinBlocks) gemm_exact_kernel
       } else {  // Q6_K
         int isum[kJ][4] = {};
         uint32_t af[4];  // groups g and g + 1 (g even)
+        // One ldmatrix gives four B fragments (8 tokens x a group's 16 bytes): tile t is token
+        // set t % kJ of group g0 + t / kJ, so kG = 4 / kJ groups come at once (each group in a
+        // load of its own had tiles of 8 or 16 tokens read two or four times over).
+        constexpr int kG = 4 / kJ;
 #pragma unroll
-        for (int g = 0; g < 16; ++g) {
+        for (int g0 = 0; g0 < 16; g0 += kG) {
           uint32_t bf[4];
-          if (g % 2 == 0) load_tiles(af, &sh.w[a_row][16 * g + a_col]);
-          load_tiles(bf, &st.x[wt + lane % (8 * kJ)][16 * g]);  // tile j: tokens wt + 8j ..
-          const uint32_t a0 = af[2 * (g % 2)], a1 = af[2 * (g % 2) + 1];
-          const int sa = sh.wsc[ra][g], sb = sh.wsc[rb][g];
+          load_tiles(bf, &st.x[wt + lane % (8 * kJ)][16 * (g0 + lane / (8 * kJ))]);
 #pragma unroll
-          for (int j = 0; j < kJ; ++j) {
-            int c[4];
-            mma_k16(c, a0, a1, bf[j]);
+          for (int gg = 0; gg < kG; ++gg) {
+            const int g = g0 + gg;
+            if (g % 2 == 0) load_tiles(af, &sh.w[a_row][16 * g + a_col]);
+            const uint32_t a0 = af[2 * (g % 2)], a1 = af[2 * (g % 2) + 1];
+            const int sa = sh.wsc[ra][g], sb = sh.wsc[rb][g];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) isum[j][i] += (i < 2 ? sa : sb) * c[i];
+            for (int j = 0; j < kJ; ++j) {
+              int c[4];
+              mma_k16(c, a0, a1, bf[gg * kJ + j]);
+#pragma unroll
+              for (int i = 0; i < 4; ++i) isum[j][i] += (i < 2 ? sa : sb) * c[i];
+            }
           }
         }
 #pragma unroll
@@ -622,11 +635,11 @@ void launch_tokens(const GemmArgs& args, cudaStream_t stream) {
                 stream, args);
 }
 
-// The kernel of a tile (choose_gemm_tile); the formats other than Q4_K/Q5_K have only the
+// The kernel of a tile (choose_gemm_tile); the formats other than Q4_K/Q5_K/Q6_K have only the
 // 64-weight-row tiles of two blocks a multiprocessor.
 template <class F>
 void launch_tile(const GemmTile& tile, const GemmArgs& args, cudaStream_t stream) {
-  if constexpr (Tile<F>::kDirect) {
+  if constexpr (Tile<F>::kSmallTiles) {
     if (tile == GemmTile{kMaxTokens / 4, kRows, kBlocksPerSm}) return launch_tokens<F, kMaxTokens / 4>(args, stream);
     if (tile == GemmTile{kMaxTokens / 4, kRows / 2, 4}) return launch_tokens<F, kMaxTokens / 4, 4, kRows / 2>(args, stream);
     if (tile == GemmTile{kMaxTokens / 2, kRows / 2, 2}) return launch_tokens<F, kMaxTokens / 2, 2, kRows / 2>(args, stream);
@@ -645,7 +658,13 @@ void launch_tile(const GemmTile& tile, const GemmArgs& args, cudaStream_t stream
 void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w,
                            const ProductAddend& addend, const TensorRef& out, int sm_count, cudaStream_t stream) {
   launch_gemm_quantized_tile(q, tokens, w, addend, out,
-                             choose_gemm_tile(tokens, w.rows, sm_count, gemm_direct_format(w.dtype)), stream);
+                             choose_gemm_tile(tokens, w.rows, sm_count, gemm_small_tiles_format(w.dtype)), stream);
+}
+
+bool gemm_small_tiles_format(DType type) {
+  bool small = false;
+  visit_exact_format(type, [&]<class F>(F) { small = Tile<F>::kSmallTiles; });
+  return small;
 }
 
 bool gemm_direct_format(DType type) {

@@ -26,12 +26,12 @@ int64_t grid_of(int64_t tokens, int64_t activation_rows, int64_t weight_rows) {
 // more and tiles of 32 less (H200, 96 rows: q/k/v 0.0413 ms as 32 x 64 tiles against 0.0454 as
 // 64 x 64, gate+up 0.1346 against 0.1413; at 128 rows, no padding either way, 64 x 64 won
 // gate+up 0.1463 against 0.1693).
-int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool direct) {
-  if (direct && tokens <= kMaxTokens / 4) return kMaxTokens / 4;
+int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool small_tiles) {
+  if (small_tiles && tokens <= kMaxTokens / 4) return kMaxTokens / 4;
   if (tokens <= kMaxTokens / 2 || grid_of(tokens, kMaxTokens, weight_rows) < sm_count) return kMaxTokens / 2;
   const int64_t padded_64 = ceil_div(tokens, kMaxTokens) * kMaxTokens;
   const int64_t padded_32 = ceil_div(tokens, kMaxTokens / 2) * (kMaxTokens / 2);
-  if (direct && 4 * (padded_64 - padded_32) >= padded_64) return kMaxTokens / 2;
+  if (small_tiles && 4 * (padded_64 - padded_32) >= padded_64) return kMaxTokens / 2;
   return kMaxTokens;
 }
 
@@ -43,9 +43,9 @@ int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool dire
 // 0.0256 -> 0.0240 / 0.0387 -> 0.0390; o 0.0286 -> 0.0181 / 0.0249 -> 0.0230 / 0.0251 -> 0.0235;
 // gate+up 0.1061 -> 0.0527 / 0.0720 -> 0.0720 / 0.1134 -> 0.1172; down 0.0796 -> 0.0503 / 0.0730
 // -> 0.0659 / 0.0741 -> 0.0670.
-GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, bool direct) {
-  const int per_block = activation_rows(tokens, weight_rows, sm_count, direct);
-  if (!direct) return {per_block, kRows, kBlocksPerSm};
+GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, bool small_tiles) {
+  const int per_block = activation_rows(tokens, weight_rows, sm_count, small_tiles);
+  if (!small_tiles) return {per_block, kRows, kBlocksPerSm};
   // Blocks of 64 weight rows: how many, and how many multiprocessors they would leave idle.
   const int64_t grid = grid_of(tokens, per_block, weight_rows);
   if (per_block == kMaxTokens / 4) {
@@ -86,14 +86,14 @@ GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, boo
   return {per_block, kRows, kBlocksPerSm};
 }
 
-std::span<const GemmTile> gemm_tiles(bool direct) {
+std::span<const GemmTile> gemm_tiles(bool small_tiles) {
   // Tiles that lost everywhere the rule could pick them are left out: 64 x 32 of four blocks
   // a multiprocessor, and of two (unrolled). H200, CudaMatmulPerf.Llama3_8BTiles at 9-128 rows of
   // llama3-8b's four products, one run: never within 2% of the best tile.
-  static constexpr GemmTile kDirect[] = {{16, 64, 2}, {16, 32, 4}, {32, 32, 2}, {32, 64, 1},
-                                         {32, 32, 4}, {32, 64, 2}, {64, 64, 2}, {64, 64, 1}};
+  static constexpr GemmTile kSmall[] = {{16, 64, 2}, {16, 32, 4}, {32, 32, 2}, {32, 64, 1},
+                                        {32, 32, 4}, {32, 64, 2}, {64, 64, 2}, {64, 64, 1}};
   static constexpr GemmTile kOther[] = {{32, 64, 2}, {64, 64, 2}};
-  if (direct) return kDirect;
+  if (small_tiles) return kSmall;
   return kOther;
 }
 

@@ -22,14 +22,14 @@ struct GemmTile {
 };
 
 // The tile for `tokens` activation rows times `weight_rows` weight rows on `sm_count`
-// multiprocessors. `direct`: the weights are Q4_K/Q5_K, whose kernel (multiply_direct) has
-// the 16-row activation tiles and the 32-row weight tiles; other formats take 64 x 64 or
-// 32 x 64, two blocks a multiprocessor.
-GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, bool direct);
+// multiprocessors. `small_tiles`: the weights' kernel has the 16-row activation tiles and the
+// 32-row weight tiles (Q4_K/Q5_K, which multiply their raw super-blocks, and Q6_K:
+// gemm_small_tiles_format); other formats take 64 x 64 or 32 x 64, two blocks a multiprocessor.
+GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, bool small_tiles);
 
-// Every tile gemm_exact.cu has a kernel for (`direct`: Q4_K/Q5_K's), each the rule's choice for
-// some shape (CudaGemmTile tests), so that tests can run each and a benchmark
+// Every tile gemm_exact.cu has a kernel for (`small_tiles`: Q4_K/Q5_K/Q6_K's), each the rule's
+// choice for some shape (CudaGemmTile tests), so that tests can run each and a benchmark
 // (CudaMatmulPerf.Llama3_8BTiles) can time each against the rule's choice.
-std::span<const GemmTile> gemm_tiles(bool direct);
+std::span<const GemmTile> gemm_tiles(bool small_tiles);
 
 }  // namespace cellm::cuda

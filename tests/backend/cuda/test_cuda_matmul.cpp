@@ -246,24 +246,24 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
 // weight), over activation rows from one decode row to prefill chunks, weight rows from a
 // sliver to a vocabulary, and GPUs from 1 to 1000 multiprocessors.
 TEST(CudaGemmTile, TheRuleChoosesTilesThatHaveKernelsAndEveryOne) {
-  for (const bool direct : {true, false}) {
-    const std::span<const GemmTile> tiles = gemm_tiles(direct);
+  for (const bool small_tiles : {true, false}) {
+    const std::span<const GemmTile> tiles = gemm_tiles(small_tiles);
     std::vector<bool> chosen(tiles.size(), false);
     for (int64_t tokens = 1; tokens <= 600; ++tokens) {
       for (const int64_t rows : {1, 31, 64, 200, 576, 4096, 6144, 28672, 128256}) {
         for (const int sms : {1, 6, 10, 20, 66, 78, 114, 132, 1000}) {
-          const GemmTile t = choose_gemm_tile(tokens, rows, sms, direct);
+          const GemmTile t = choose_gemm_tile(tokens, rows, sms, small_tiles);
           const auto found = std::find(tiles.begin(), tiles.end(), t);
           if (found != tiles.end()) chosen[found - tiles.begin()] = true;
           EXPECT_NE(found, tiles.end())
-              << (direct ? "Q4_K/Q5_K" : "other formats") << ": no kernel for " << t.activation_rows << " x "
+              << (small_tiles ? "Q4_K/Q5_K/Q6_K" : "other formats") << ": no kernel for " << t.activation_rows << " x "
               << t.weight_rows << " / " << t.min_blocks << " (tokens " << tokens << ", rows " << rows << ", " << sms
               << " SMs)";
         }
       }
     }
     for (size_t i = 0; i < tiles.size(); ++i)
-      EXPECT_TRUE(chosen[i]) << (direct ? "Q4_K/Q5_K" : "other formats") << ": tile " << tiles[i].activation_rows
+      EXPECT_TRUE(chosen[i]) << (small_tiles ? "Q4_K/Q5_K/Q6_K" : "other formats") << ": tile " << tiles[i].activation_rows
                              << " x " << tiles[i].weight_rows << " / " << tiles[i].min_blocks << " is never chosen";
   }
 }
@@ -297,7 +297,7 @@ TEST(CudaGemmTile, Llama3_8BShapes) {
     EXPECT_EQ(choose_gemm_tile(512, n, sms, true), (GemmTile{64, 64, 2})) << n;
     EXPECT_EQ(choose_gemm_tile(512, n, sms, false), (GemmTile{64, 64, 2})) << n;
   }
-  // Formats other than Q4_K/Q5_K have no 16-row or 32-weight-row tiles.
+  // Formats other than Q4_K/Q5_K/Q6_K have no 16-row or 32-weight-row tiles.
   EXPECT_EQ(choose_gemm_tile(16, 4096, sms, false), (GemmTile{32, 64, 2}));
   EXPECT_EQ(choose_gemm_tile(64, 6144, sms, false), (GemmTile{32, 64, 2}));
 }
@@ -324,7 +324,7 @@ TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
       DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
       launch_quantize_activations(Rows::device_ref(d_x, T, K), format, q, gpu.stream());
-      for (const GemmTile& tile : gemm_tiles(gemm_direct_format(type))) {
+      for (const GemmTile& tile : gemm_tiles(gemm_small_tiles_format(type))) {
         d_out.fill(0xFF);  // NaN: an output the tile leaves unwritten fails
         launch_gemm_quantized_tile(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), tile, gpu.stream());
         const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <span>
 
 #include "backend/cuda/gemm_tile.h"
 #include "backend/cuda/gemv.h"
@@ -144,36 +145,55 @@ TEST(CudaMatmulPerf, Llama3_8BBatch64Formats) {
     for (const Shape& s : shapes) measure(gpu, type, s, {64});
 }
 
-// Every Q4_K tile of the tensor-core kernel at llama3-8b's decode shapes, the rule's choice
-// (choose_gemm_tile) marked: the figures that tune the rule (gemm_tile.cpp).
-TEST(CudaMatmulPerf, Llama3_8BTiles) {
-  CELLM_REQUIRE_GPU(gpu);
-  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
-  const Shape shapes[] = {{"attn qkv", 6144, 4096}, {"attn o", 4096, 4096}, {"ffn gate+up", 28672, 4096},
-                          {"ffn down", 4096, 14336}};
-  const DType type = DType::Q4_K;
+// Every tile of `type` at these shapes and activation rows, the
+// rule's choice (choose_gemm_tile) marked: the figures that tune the rule (gemm_tile.cpp).
+void measure_tiles(CudaBackend& gpu, DType type, std::span<const Shape> shapes, std::span<const int64_t> row_counts) {
+  ActivationFormat format;
+  ASSERT_TRUE(activation_format_for(type, format));
   for (const Shape& s : shapes) {
     const RotatingWeights weights(gpu, type, s);
     const std::vector<TensorRef>& w = weights.w;
-    for (const int64_t T : {9, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256}) {
+    for (const int64_t T : row_counts) {
       const Rows x = random_rows(T, s.k, 5);
       DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(T * s.n) * sizeof(float));
       DeviceBuffer d_q(gpu, quantized_activation_bytes(T, s.k));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, s.k);
-      launch_quantize_activations(Rows::device_ref(d_x, T, s.k), ActivationFormat::Q8_K, q, gpu.stream());
-      const GemmTile chosen = choose_gemm_tile(T, s.n, gpu.sm_count(), true);
-      for (const GemmTile& tile : gemm_tiles(true)) {
+      launch_quantize_activations(Rows::device_ref(d_x, T, s.k), format, q, gpu.stream());
+      const bool small_tiles = gemm_small_tiles_format(type);
+      const GemmTile chosen = choose_gemm_tile(T, s.n, gpu.sm_count(), small_tiles);
+      for (const GemmTile& tile : gemm_tiles(small_tiles)) {
         size_t next = 0;
         const double ms = median_ms(gpu, [&] {
           launch_gemm_quantized_tile(q, T, w[next], nullptr, Rows::device_ref(d_out, T, s.n), tile, gpu.stream());
           next = (next + 1) % w.size();
         });
-        std::printf("[ tile ] %-12s N=%-6lld K=%-5lld T=%-4lld %2d x %2d / %d %9.4f ms%s\n", s.name,
-                    static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(T),
-                    tile.activation_rows, tile.weight_rows, tile.min_blocks, ms, tile == chosen ? "  <- rule" : "");
+        std::printf("[ tile ] %-5s %-12s N=%-6lld K=%-5lld T=%-4lld %2d x %2d / %d %9.4f ms%s\n",
+                    std::string(dtype_name(type)).c_str(), s.name, static_cast<long long>(s.n),
+                    static_cast<long long>(s.k), static_cast<long long>(T), tile.activation_rows, tile.weight_rows,
+                    tile.min_blocks, ms, tile == chosen ? "  <- rule" : "");
       }
     }
   }
+}
+
+// Every Q4_K tile at llama3-8b's decode shapes.
+TEST(CudaMatmulPerf, Llama3_8BTiles) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const Shape shapes[] = {{"attn qkv", 6144, 4096}, {"attn o", 4096, 4096}, {"ffn gate+up", 28672, 4096},
+                          {"ffn down", 4096, 14336}};
+  const int64_t rows[] = {9, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 256};
+  measure_tiles(gpu, DType::Q4_K, shapes, rows);
+}
+
+// Every Q6_K tile at the shapes Q4_K_M files hold in Q6_K (llama3-8b's attn_v and ffn_down in
+// about half the layers, and the output).
+TEST(CudaMatmulPerf, Llama3_8BTilesQ6K) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  const Shape shapes[] = {{"attn v", 1024, 4096}, {"ffn down", 4096, 14336}, {"output", 128256, 4096}};
+  const int64_t rows[] = {5, 8, 9, 16, 24, 32, 48, 64, 128};
+  measure_tiles(gpu, DType::Q6_K, shapes, rows);
 }
 
 }  // namespace
