@@ -2,7 +2,8 @@
 // (prefill, decode of many sequences), on the int8 tensor cores. A block of 8 warps owns 64
 // weight rows x 64 activation rows (32 where 64 would leave multiprocessors idle, and for
 // Q4_K/Q5_K/Q6_K 16 for 16 rows or fewer; for those also blocks of 32 weight rows and 4 warps
-// where blocks of 64 would leave multiprocessors idle: gemm_tile.h's choose_gemm_tile) and walks K
+// where blocks of 64 would leave multiprocessors idle, and for Q6_K's tiles of 16 and 32 rows
+// always: gemm_tile.h's choose_gemm_tile) and walks K
 // in steps of 256 elements (eight 32-element blocks, or one super-block):
 //  1. the step's raw weight bytes (the 16-byte chunks around them), activation codes and
 //     scales come to shared memory with cp.async, one step ahead of the step being multiplied;
@@ -658,19 +659,17 @@ void launch_tile(const GemmTile& tile, const GemmArgs& args, cudaStream_t stream
 void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w,
                            const ProductAddend& addend, const TensorRef& out, int sm_count, cudaStream_t stream) {
   launch_gemm_quantized_tile(q, tokens, w, addend, out,
-                             choose_gemm_tile(tokens, w.rows, sm_count, gemm_small_tiles_format(w.dtype)), stream);
+                             choose_gemm_tile(tokens, w.rows, sm_count, gemm_tile_set(w.dtype)), stream);
 }
 
-bool gemm_small_tiles_format(DType type) {
-  bool small = false;
-  visit_exact_format(type, [&]<class F>(F) { small = Tile<F>::kSmallTiles; });
-  return small;
-}
-
-bool gemm_direct_format(DType type) {
-  bool direct = false;
-  visit_exact_format(type, [&]<class F>(F) { direct = Tile<F>::kDirect; });
-  return direct;
+GemmTileSet gemm_tile_set(DType type) {
+  GemmTileSet set = GemmTileSet::Large;
+  visit_exact_format(type, [&]<class F>(F) {
+    set = Tile<F>::kDirect       ? GemmTileSet::SmallDirect
+          : Tile<F>::kSmallTiles ? GemmTileSet::SmallDecoded
+                                 : GemmTileSet::Large;
+  });
+  return set;
 }
 
 void launch_gemm_quantized_tile(const QuantizedActivations& q, int64_t tokens, const TensorRef& w,

@@ -43,9 +43,18 @@ int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool smal
 // 0.0256 -> 0.0240 / 0.0387 -> 0.0390; o 0.0286 -> 0.0181 / 0.0249 -> 0.0230 / 0.0251 -> 0.0235;
 // gate+up 0.1061 -> 0.0527 / 0.0720 -> 0.0720 / 0.1134 -> 0.1172; down 0.0796 -> 0.0503 / 0.0730
 // -> 0.0659 / 0.0741 -> 0.0670.
-GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, bool small_tiles) {
-  const int per_block = activation_rows(tokens, weight_rows, sm_count, small_tiles);
-  if (!small_tiles) return {per_block, kRows, kBlocksPerSm};
+GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, GemmTileSet set) {
+  const int per_block = activation_rows(tokens, weight_rows, sm_count, set != GemmTileSet::Large);
+  if (set == GemmTileSet::Large) return {per_block, kRows, kBlocksPerSm};
+  // Q6_K decodes each step's weights to int8 rows behind a barrier, work a block does for its
+  // weight rows whatever its activation rows: its tiles of 16 and 32 activation rows take 32
+  // weight rows, four blocks a multiprocessor, at every shape. H100, one run,
+  // CudaMatmulPerf.Llama3_8BTilesQ6K, ms, the other rule's tile -> this one: output (128256 rows)
+  // at 8 / 16 / 32 rows 0.4318 -> 0.3944 / 0.4425 -> 0.4069 (16 x 64 / 2) / 0.4781 -> 0.4462
+  // (32 x 64 / 2), ffn_down at 48 / 64 rows 0.1268 -> 0.1166 / 0.1279 -> 0.1170 (32 x 64 / 1);
+  // where that rule already took 32 weight rows, two or four blocks a multiprocessor were within
+  // 1%. Its 64-row tiles follow the rule below.
+  if (set == GemmTileSet::SmallDecoded && per_block <= kMaxTokens / 2) return {per_block, kRows / 2, 4};
   // Blocks of 64 weight rows: how many, and how many multiprocessors they would leave idle.
   const int64_t grid = grid_of(tokens, per_block, weight_rows);
   if (per_block == kMaxTokens / 4) {
@@ -86,15 +95,15 @@ GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, boo
   return {per_block, kRows, kBlocksPerSm};
 }
 
-std::span<const GemmTile> gemm_tiles(bool small_tiles) {
+std::span<const GemmTile> gemm_tiles(GemmTileSet set) {
   // Tiles that lost everywhere the rule could pick them are left out: 64 x 32 of four blocks
   // a multiprocessor, and of two (unrolled). H200, CudaMatmulPerf.Llama3_8BTiles at 9-128 rows of
   // llama3-8b's four products, one run: never within 2% of the best tile.
   static constexpr GemmTile kSmall[] = {{16, 64, 2}, {16, 32, 4}, {32, 32, 2}, {32, 64, 1},
                                         {32, 32, 4}, {32, 64, 2}, {64, 64, 2}, {64, 64, 1}};
   static constexpr GemmTile kOther[] = {{32, 64, 2}, {64, 64, 2}};
-  if (small_tiles) return kSmall;
-  return kOther;
+  if (set == GemmTileSet::Large) return kOther;
+  return kSmall;
 }
 
 }  // namespace cellm::cuda

@@ -14,6 +14,13 @@ inline constexpr int kGemmMaxActivationRows = 64;
 inline constexpr int kGemmMaxWeightRows = 64;
 inline constexpr int kGemmBlocksPerSm = 2;
 
+// The tiles a format's kernel has (gemm_exact.cu's Tile<F>), and what its steps cost.
+enum class GemmTileSet {
+  Large,         // 64 x 64 and 32 x 64 of two blocks a multiprocessor; weights decoded each step
+  SmallDirect,   // every tile below 64 x 64 too, multiplying the raw super-blocks (Q4_K/Q5_K)
+  SmallDecoded,  // the same tiles, each step's weights decoded to int8 rows first (Q6_K)
+};
+
 struct GemmTile {
   int activation_rows;  // 16, 32 or 64
   int weight_rows;      // 64 (8 warps) or 32 (4 warps)
@@ -22,14 +29,13 @@ struct GemmTile {
 };
 
 // The tile for `tokens` activation rows times `weight_rows` weight rows on `sm_count`
-// multiprocessors. `small_tiles`: the weights' kernel has the 16-row activation tiles and the
-// 32-row weight tiles (Q4_K/Q5_K, which multiply their raw super-blocks, and Q6_K:
-// gemm_small_tiles_format); other formats take 64 x 64 or 32 x 64, two blocks a multiprocessor.
-GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, bool small_tiles);
+// multiprocessors, for weights whose kernel has the tiles of `set` (gemm_tile_set).
+GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, GemmTileSet set);
 
-// Every tile gemm_exact.cu has a kernel for (`small_tiles`: Q4_K/Q5_K/Q6_K's), each the rule's
-// choice for some shape (CudaGemmTile tests), so that tests can run each and a benchmark
-// (CudaMatmulPerf.Llama3_8BTiles) can time each against the rule's choice.
-std::span<const GemmTile> gemm_tiles(bool small_tiles);
+// Every tile gemm_exact.cu has a kernel for in `set` (SmallDirect and SmallDecoded have the same
+// ones), so that tests can run each and a benchmark (CudaMatmulPerf.Llama3_8BTiles,
+// Llama3_8BTilesQ6K) can time each against the rule's choice. Each is the rule's choice for some
+// shape of the Large or SmallDirect weights (CudaGemmTile tests).
+std::span<const GemmTile> gemm_tiles(GemmTileSet set);
 
 }  // namespace cellm::cuda

@@ -65,15 +65,13 @@ void launch_gemv_one_token(const TensorRef& x, const QuantizedActivations* q, co
 // tile choose_gemm_tile picks for these weights on `sm_count` multiprocessors.
 void launch_gemm_quantized(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const ProductAddend& addend,
                            const TensorRef& out, int sm_count, cudaStream_t stream);
-// The same in a given tile, one of gemm_tiles(gemm_small_tiles_format(w.dtype)) (tests and tile
+// The same in a given tile, one of gemm_tiles(gemm_tile_set(w.dtype)) (tests and tile
 // benchmarks; any other fails with an Internal error).
 void launch_gemm_quantized_tile(const QuantizedActivations& q, int64_t tokens, const TensorRef& w, const ProductAddend& addend,
                                 const TensorRef& out, const GemmTile& tile, cudaStream_t stream);
-// Whether the weights take gemm_exact.cu's direct Q4_K/Q5_K kernel (no decoding pass).
-bool gemm_direct_format(DType type);
-// Whether gemm_exact.cu has the 16-row activation tiles and 32-row weight tiles for the weights
-// (Q4_K/Q5_K/Q6_K): choose_gemm_tile's small_tiles.
-bool gemm_small_tiles_format(DType type);
+// The tiles gemm_exact.cu has for the weights, and whether they multiply the raw super-blocks
+// (Q4_K/Q5_K) or decode them first (gemm_tile.h).
+GemmTileSet gemm_tile_set(DType type);
 void launch_gemv_float(const TensorRef& x, const TensorRef& w, const ProductAddend& addend, const TensorRef& out,
                        int sm_count,
                        cudaStream_t stream);

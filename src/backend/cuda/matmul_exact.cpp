@@ -21,15 +21,17 @@ namespace {
 // ends, batch 8 generation was the same (from 9 rows 1149.3 / 1146.7 tok/s, from 5 1149.9 /
 // 1154.3).
 constexpr int64_t kExactGemmMinRows = 9;
-// Q4_K/Q5_K, whose tiles multiply the raw super-blocks (gemm_direct_format), from 5 rows since
-// early-started grids are spread (kernel_launch.cuh; the o and down products had lost at 5-6
-// rows above, their blocks packed onto few multiprocessors). H100, one run, generation tok/s
-// (the tensor-core product's grids spread): llama3-8b Q4_K batch 8 (a graph of 8 rows) 1142 /
-// 1136 -> 1683 / 1669 (1.47x, two rounds), llama3-8b Q4_K_M batch 8 906 -> 1163 (1.28x). The
-// formats that decode each step's weights to int8 rows first stay at 9: with Q6_K from 5 rows
-// too, Q4_K_M's batch 8 reached only 1085; SmolLM2's shape (Q4_1) batch 8 5189 -> 5334 (one
-// round, not taken).
-constexpr int64_t kDirectGemmMinRows = 5;
+// The formats with the small tiles (gemm_tile_set: Q4_K/Q5_K, whose tiles multiply the raw
+// super-blocks, and Q6_K) from 5 rows since early-started grids are spread (kernel_launch.cuh;
+// the o and down products had lost at 5-6 rows above, their blocks packed onto few
+// multiprocessors). H100, one run, generation tok/s (the tensor-core product's grids spread):
+// llama3-8b Q4_K batch 8 (a graph of 8 rows) 1142 / 1136 -> 1683 / 1669 (1.47x, two rounds),
+// llama3-8b Q4_K_M batch 8 906 -> 1163 (1.28x). Q6_K, then in tiles of 32 x 64, lost from 5
+// rows (Q4_K_M's batch 8 1163 -> 1085); in tiles of 16 x 32 it wins: H100, one run, Q4_K_M
+// (batch 5-8 is a graph of 8 rows), two rounds each, batch 5 772.5 / 770.0 -> 925.2 / 923.9,
+// batch 8 1247.6 / 1228.5 -> 1472.7 / 1471.6 (1.19x). The formats of the two large tiles stay at
+// 9: SmolLM2's shape (Q4_1) batch 8 5189 -> 5334 (one round, not taken).
+constexpr int64_t kSmallTileGemmMinRows = 5;
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool float_weights(DType type) { return type == DType::F32 || type == DType::F16 || type == DType::BF16; }
@@ -51,7 +53,7 @@ void launch_exact_matmul(const TensorRef& x, const QuantizedActivations& q, cons
          x.cols, " by ", w.rows, " x ", w.cols, ")");
   if (float_weights(w.dtype))
     launch_gemv_float(x, w, addend, out, sm_count, stream);
-  else if (x.rows >= (gemm_direct_format(w.dtype) ? kDirectGemmMinRows : kExactGemmMinRows))
+  else if (x.rows >= (gemm_tile_set(w.dtype) == GemmTileSet::Large ? kExactGemmMinRows : kSmallTileGemmMinRows))
     launch_gemm_quantized(q, x.rows, w, addend, out, sm_count, stream);
   else if (x.rows <= gemv_one_token_max_rows(w))
     launch_gemv_one_token(x, &q, w, addend, out, sm_count, stream);

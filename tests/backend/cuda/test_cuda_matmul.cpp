@@ -241,30 +241,40 @@ TEST(CudaMatmul, OneTokenWithManyRowsPerBlockIsTheCpu) {
   }
 }
 
+const char* set_name(GemmTileSet set) {
+  switch (set) {
+    case GemmTileSet::Large: return "other formats";
+    case GemmTileSet::SmallDirect: return "Q4_K/Q5_K";
+    case GemmTileSet::SmallDecoded: return "Q6_K";
+  }
+  return "?";
+}
+
 // The rule picks only tiles gemm_exact.cu has a kernel for (launch_gemm_quantized_tile fails
 // with an Internal error on any other), and every kernel is its pick somewhere (none is dead
-// weight), over activation rows from one decode row to prefill chunks, weight rows from a
-// sliver to a vocabulary, and GPUs from 1 to 1000 multiprocessors.
+// weight: Q6_K has the same kernels as Q4_K/Q5_K, the rule picks fewer of them), over
+// activation rows from one decode row to prefill chunks, weight rows from a sliver to a
+// vocabulary, and GPUs from 1 to 1000 multiprocessors.
 TEST(CudaGemmTile, TheRuleChoosesTilesThatHaveKernelsAndEveryOne) {
-  for (const bool small_tiles : {true, false}) {
-    const std::span<const GemmTile> tiles = gemm_tiles(small_tiles);
+  for (const GemmTileSet set : {GemmTileSet::Large, GemmTileSet::SmallDirect, GemmTileSet::SmallDecoded}) {
+    const std::span<const GemmTile> tiles = gemm_tiles(set);
     std::vector<bool> chosen(tiles.size(), false);
     for (int64_t tokens = 1; tokens <= 600; ++tokens) {
       for (const int64_t rows : {1, 31, 64, 200, 576, 4096, 6144, 28672, 128256}) {
         for (const int sms : {1, 6, 10, 20, 66, 78, 114, 132, 1000}) {
-          const GemmTile t = choose_gemm_tile(tokens, rows, sms, small_tiles);
+          const GemmTile t = choose_gemm_tile(tokens, rows, sms, set);
           const auto found = std::find(tiles.begin(), tiles.end(), t);
           if (found != tiles.end()) chosen[found - tiles.begin()] = true;
-          EXPECT_NE(found, tiles.end())
-              << (small_tiles ? "Q4_K/Q5_K/Q6_K" : "other formats") << ": no kernel for " << t.activation_rows << " x "
-              << t.weight_rows << " / " << t.min_blocks << " (tokens " << tokens << ", rows " << rows << ", " << sms
-              << " SMs)";
+          EXPECT_NE(found, tiles.end()) << set_name(set) << ": no kernel for " << t.activation_rows << " x "
+                                        << t.weight_rows << " / " << t.min_blocks << " (tokens " << tokens << ", rows "
+                                        << rows << ", " << sms << " SMs)";
         }
       }
     }
+    if (set == GemmTileSet::SmallDecoded) continue;
     for (size_t i = 0; i < tiles.size(); ++i)
-      EXPECT_TRUE(chosen[i]) << (small_tiles ? "Q4_K/Q5_K/Q6_K" : "other formats") << ": tile " << tiles[i].activation_rows
-                             << " x " << tiles[i].weight_rows << " / " << tiles[i].min_blocks << " is never chosen";
+      EXPECT_TRUE(chosen[i]) << set_name(set) << ": tile " << tiles[i].activation_rows << " x "
+                             << tiles[i].weight_rows << " / " << tiles[i].min_blocks << " is never chosen";
   }
 }
 
@@ -272,34 +282,42 @@ TEST(CudaGemmTile, TheRuleChoosesTilesThatHaveKernelsAndEveryOne) {
 // are in gemm_tile.cpp).
 TEST(CudaGemmTile, Llama3_8BShapes) {
   const int sms = 132;
+  const GemmTileSet direct = GemmTileSet::SmallDirect, decoded = GemmTileSet::SmallDecoded,
+                    large = GemmTileSet::Large;
   // A decode step of 16 sequences: 16-row activation tiles; the 4096-row products would fill
   // 64 of 132 multiprocessors with blocks of 64 weight rows, so they take 32.
-  EXPECT_EQ(choose_gemm_tile(16, 4096, sms, true), (GemmTile{16, 32, 4}));
-  EXPECT_EQ(choose_gemm_tile(16, 28672, sms, true), (GemmTile{16, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(16, 4096, sms, direct), (GemmTile{16, 32, 4}));
+  EXPECT_EQ(choose_gemm_tile(16, 28672, sms, direct), (GemmTile{16, 64, 2}));
   // 64 sequences: q/k/v's 192 blocks of 32 x 64 would leave 72 multiprocessors idle in their
   // last round, and its 96 blocks of 64 x 64 fit one a multiprocessor; o's 128 blocks of 32 x 64
   // fill one round.
-  EXPECT_EQ(choose_gemm_tile(64, 6144, sms, true), (GemmTile{64, 64, 1}));
-  EXPECT_EQ(choose_gemm_tile(40, 6144, sms, true), (GemmTile{64, 64, 1}));
-  EXPECT_EQ(choose_gemm_tile(64, 4096, sms, true), (GemmTile{32, 64, 1}));
+  EXPECT_EQ(choose_gemm_tile(64, 6144, sms, direct), (GemmTile{64, 64, 1}));
+  EXPECT_EQ(choose_gemm_tile(40, 6144, sms, direct), (GemmTile{64, 64, 1}));
+  EXPECT_EQ(choose_gemm_tile(64, 4096, sms, direct), (GemmTile{32, 64, 1}));
   // 96 sequences: tiles of 64 would pad a third of their rows; 128: q/k/v's 192 blocks of
   // 64 x 64 would leave 72 multiprocessors idle, so 384 of 32 x 64.
-  EXPECT_EQ(choose_gemm_tile(96, 6144, sms, true), (GemmTile{32, 64, 2}));
-  EXPECT_EQ(choose_gemm_tile(96, 28672, sms, true), (GemmTile{32, 64, 2}));
-  EXPECT_EQ(choose_gemm_tile(128, 6144, sms, true), (GemmTile{32, 64, 2}));
-  EXPECT_EQ(choose_gemm_tile(128, 28672, sms, true), (GemmTile{64, 64, 2}));
-  EXPECT_EQ(choose_gemm_tile(96, 6144, sms, false), (GemmTile{64, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(96, 6144, sms, direct), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(96, 28672, sms, direct), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(128, 6144, sms, direct), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(128, 28672, sms, direct), (GemmTile{64, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(96, 6144, sms, large), (GemmTile{64, 64, 2}));
   // gate+up's grids are rounds enough: 448 blocks of 64 x 64 at 64 sequences, of 32 x 64 at 32.
-  EXPECT_EQ(choose_gemm_tile(64, 28672, sms, true), (GemmTile{64, 64, 2}));
-  EXPECT_EQ(choose_gemm_tile(32, 28672, sms, true), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(64, 28672, sms, direct), (GemmTile{64, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(32, 28672, sms, direct), (GemmTile{32, 64, 2}));
+  // Q6_K (the output, ffn_down and attn_v of Q4_K_M files): 32 weight rows, four blocks a
+  // multiprocessor, for tiles of 16 and 32 activation rows; the output's 64-row tiles as the rule.
+  EXPECT_EQ(choose_gemm_tile(8, 128256, sms, decoded), (GemmTile{16, 32, 4}));
+  EXPECT_EQ(choose_gemm_tile(16, 4096, sms, decoded), (GemmTile{16, 32, 4}));
+  EXPECT_EQ(choose_gemm_tile(32, 128256, sms, decoded), (GemmTile{32, 32, 4}));
+  EXPECT_EQ(choose_gemm_tile(64, 4096, sms, decoded), (GemmTile{32, 32, 4}));
+  EXPECT_EQ(choose_gemm_tile(64, 128256, sms, decoded), (GemmTile{64, 64, 2}));
   // Prefill chunks keep the largest tile, for every format.
-  for (const int64_t n : {4096, 6144, 14336, 28672}) {
-    EXPECT_EQ(choose_gemm_tile(512, n, sms, true), (GemmTile{64, 64, 2})) << n;
-    EXPECT_EQ(choose_gemm_tile(512, n, sms, false), (GemmTile{64, 64, 2})) << n;
-  }
+  for (const int64_t n : {4096, 6144, 14336, 28672})
+    for (const GemmTileSet set : {large, direct, decoded})
+      EXPECT_EQ(choose_gemm_tile(512, n, sms, set), (GemmTile{64, 64, 2})) << n << " " << set_name(set);
   // Formats other than Q4_K/Q5_K/Q6_K have no 16-row or 32-weight-row tiles.
-  EXPECT_EQ(choose_gemm_tile(16, 4096, sms, false), (GemmTile{32, 64, 2}));
-  EXPECT_EQ(choose_gemm_tile(64, 6144, sms, false), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(16, 4096, sms, large), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(64, 6144, sms, large), (GemmTile{32, 64, 2}));
 }
 
 // The tensor-core kernel copies steps of 256 elements ahead of the one it multiplies, into a
@@ -324,7 +342,7 @@ TEST(CudaMatmul, ManyStepsOfTheTensorCoreKernelAreTheCpu) {
       DeviceBuffer d_q(gpu, quantized_activation_bytes(T, K));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, K);
       launch_quantize_activations(Rows::device_ref(d_x, T, K), format, q, gpu.stream());
-      for (const GemmTile& tile : gemm_tiles(gemm_small_tiles_format(type))) {
+      for (const GemmTile& tile : gemm_tiles(gemm_tile_set(type))) {
         d_out.fill(0xFF);  // NaN: an output the tile leaves unwritten fails
         launch_gemm_quantized_tile(q, T, placed, nullptr, Rows::device_ref(d_out, T, N), tile, gpu.stream());
         const std::vector<float> got = d_out.download<float>(static_cast<size_t>(T * N));

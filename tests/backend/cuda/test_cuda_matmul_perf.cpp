@@ -159,9 +159,9 @@ void measure_tiles(CudaBackend& gpu, DType type, std::span<const Shape> shapes, 
       DeviceBuffer d_q(gpu, quantized_activation_bytes(T, s.k));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, s.k);
       launch_quantize_activations(Rows::device_ref(d_x, T, s.k), format, q, gpu.stream());
-      const bool small_tiles = gemm_small_tiles_format(type);
-      const GemmTile chosen = choose_gemm_tile(T, s.n, gpu.sm_count(), small_tiles);
-      for (const GemmTile& tile : gemm_tiles(small_tiles)) {
+      const GemmTileSet set = gemm_tile_set(type);
+      const GemmTile chosen = choose_gemm_tile(T, s.n, gpu.sm_count(), set);
+      for (const GemmTile& tile : gemm_tiles(set)) {
         size_t next = 0;
         const double ms = median_ms(gpu, [&] {
           launch_gemm_quantized_tile(q, T, w[next], nullptr, Rows::device_ref(d_out, T, s.n), tile, gpu.stream());
