@@ -19,11 +19,11 @@ int64_t grid_of(int64_t tokens, int64_t activation_rows, int64_t weight_rows) {
 // rows: 64 blocks for 132 SMs), so that more blocks share the weights' steps. With a block for
 // every multiprocessor, 64 rows won: 14336 x 4096 at 64 rows (224 blocks) took 0.065 ms,
 // against 0.095 ms as 448 blocks of 32 (H200, Q4_K, when every block decoded its weights).
-// Q4_K/Q5_K (multiply_direct) take 16 for 16 rows or fewer: H100, 14336 x 4096 at 16 rows
-// 0.0646 -> 0.0307 ms. At 64 rows 16 lost to 32 (4096 x 4096 0.0256 -> 0.0285 ms, as 256 blocks
-// of 16 against 128 of 32).
-// Q4_K/Q5_K past 64 rows also take 32 where tiles of 64 would pad a quarter of their rows or
-// more and tiles of 32 less (H200, 96 rows: q/k/v 0.0413 ms as 32 x 64 tiles against 0.0454 as
+// The small-tile formats (Q4_K/Q5_K, measured here on multiply_direct, and Q6_K) take 16 for 16
+// rows or fewer: H100, Q4_K 14336 x 4096 at 16 rows 0.0646 -> 0.0307 ms. At 64 rows 16 lost to
+// 32 (4096 x 4096 0.0256 -> 0.0285 ms, as 256 blocks of 16 against 128 of 32). Past 64 rows
+// they also take 32 where tiles of 64 would pad a quarter of their rows or more and tiles of 32
+// less (H200, Q4_K, 96 rows: q/k/v 0.0413 ms as 32 x 64 tiles against 0.0454 as
 // 64 x 64, gate+up 0.1346 against 0.1413; at 128 rows, no padding either way, 64 x 64 won
 // gate+up 0.1463 against 0.1693).
 int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool small_tiles) {
@@ -37,8 +37,8 @@ int activation_rows(int64_t tokens, int64_t weight_rows, int sm_count, bool smal
 
 }  // namespace
 
-// Q4_K/Q5_K also choose the weight rows: 32 (4 warps) where blocks of 64 would leave
-// multiprocessors idle. H100, one run, CudaMatmulPerf.Llama3_8BFewRows, ms at 16 / 32 / 64
+// The small-tile formats also choose the weight rows: 32 (4 warps) where blocks of 64 would
+// leave multiprocessors idle (Q6_K: below). H100, one run, CudaMatmulPerf.Llama3_8BFewRows, ms at 16 / 32 / 64
 // rows, before the 16-row tiles and the 32-row weight tiles -> after: q/k/v 0.0363 -> 0.0208 /
 // 0.0256 -> 0.0240 / 0.0387 -> 0.0390; o 0.0286 -> 0.0181 / 0.0249 -> 0.0230 / 0.0251 -> 0.0235;
 // gate+up 0.1061 -> 0.0527 / 0.0720 -> 0.0720 / 0.1134 -> 0.1172; down 0.0796 -> 0.0503 / 0.0730

@@ -150,6 +150,7 @@ TEST(CudaMatmulPerf, Llama3_8BBatch64Formats) {
 void measure_tiles(CudaBackend& gpu, DType type, std::span<const Shape> shapes, std::span<const int64_t> row_counts) {
   ActivationFormat format;
   ASSERT_TRUE(activation_format_for(type, format));
+  const GemmTileSet set = gemm_tile_set(type);
   for (const Shape& s : shapes) {
     const RotatingWeights weights(gpu, type, s);
     const std::vector<TensorRef>& w = weights.w;
@@ -159,7 +160,6 @@ void measure_tiles(CudaBackend& gpu, DType type, std::span<const Shape> shapes, 
       DeviceBuffer d_q(gpu, quantized_activation_bytes(T, s.k));
       const QuantizedActivations q = carve_quantized_activations(d_q.data(), T, s.k);
       launch_quantize_activations(Rows::device_ref(d_x, T, s.k), format, q, gpu.stream());
-      const GemmTileSet set = gemm_tile_set(type);
       const GemmTile chosen = choose_gemm_tile(T, s.n, gpu.sm_count(), set);
       for (const GemmTile& tile : gemm_tiles(set)) {
         size_t next = 0;
