@@ -40,10 +40,12 @@ class Backend {
   // Allocations throw Error(OutOfMemory) naming `what` and the size.
   virtual void* allocate(size_t bytes, const char* what) = 0;
   virtual void release(void* p) = 0;
+  // Stream-ordered with the kernels. A source from allocate_host may be read when the stream
+  // reaches the copy: keep it unchanged until download() or synchronize() has waited.
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;  // waits for prior work
-  // Host memory that download() fills fastest (page-locked on CUDA: a pageable destination is
-  // copied through the driver's staging buffers). Plain heap memory by default.
+  // Host memory that download() fills and upload() reads fastest (page-locked on CUDA: pageable
+  // memory is copied through the driver's staging buffers). Plain heap memory by default.
   virtual void* allocate_host(size_t bytes, const char* what);
   virtual void release_host(void* p);
   // Makes a weight (a host view into the mapped GGUF file, GGUF layout) available to kernels

@@ -54,32 +54,31 @@ Executor::Executor(backend::Backend& backend, const gguf::File& file, const Exec
   for (const Program& p : decode_) arena = std::max(arena, p.arena_bytes);
   allocate(arena_, arena, "activations");
   const size_t per_token = sizeof(int32_t) * static_cast<size_t>(options_.max_write);
-  allocate(tokens_, per_token, "step tokens");
-  allocate(positions_, per_token, "step positions");
-  allocate(logit_rows_, per_token, "step logit rows");
-  allocate(cells_, per_token, "step cells");
   allocate(argmax_, per_token, "step argmax");
-  allocate(read_len_, sizeof(int32_t), "step read length");
+  argmax_host_.data = backend_.allocate_host(per_token, "step argmax (host side)");
+  argmax_host_.bytes = per_token;
   allocate(cell_pos_, sizeof(int32_t) * static_cast<size_t>(cache_->config().max_rows), "cell table");
+  // The step's inputs, in StepInputs regions (the Input enum's order), page lists last: they are
+  // the large ones, mostly unused.
   const auto& windows = prefill_.geometry.windows();
-  page_rows_.resize(windows.size());
-  pages_.resize(windows.size());
+  window_count_ = windows.size();
+  std::vector<size_t> regions{per_token, per_token, per_token, per_token, sizeof(int32_t)};
+  for (size_t w = 0; w < windows.size(); ++w) regions.push_back(per_token + sizeof(int32_t));
   for (size_t w = 0; w < windows.size(); ++w) {
-    allocate(page_rows_[w], per_token + sizeof(int32_t), "page list offsets");
     const int64_t entries = options_.max_write * max_pages_per_row(windows[w], options_.max_context,
                                                                    cache_->config().page_cells);
-    allocate(pages_[w], sizeof(int32_t) * static_cast<size_t>(entries), "page lists");
+    regions.push_back(sizeof(int32_t) * static_cast<size_t>(entries));
   }
+  inputs_ = std::make_unique<StepInputs>(backend_, regions);
   if (options_.graphs && backend_.supports_graphs())
     graphs_ = std::make_unique<GraphManager>(backend_, static_cast<int32_t>(decode_.size()), options_.graph_warmups);
 }
 
 Executor::~Executor() {
   graphs_.reset();
-  for (Buffer* b : {&arena_, &tokens_, &positions_, &logit_rows_, &cells_, &argmax_, &read_len_, &cell_pos_})
-    backend_.release(b->data);
-  for (auto* list : {&page_rows_, &pages_})
-    for (Buffer& b : *list) backend_.release(b.data);
+  inputs_.reset();
+  for (Buffer* b : {&arena_, &argmax_, &cell_pos_}) backend_.release(b->data);
+  backend_.release_host(argmax_host_.data);
   backend_.release_host(logits_host_.data);
 }
 
@@ -184,34 +183,49 @@ void Executor::shape_step(const StepRequest& step, const kv::StepBuffers& kv_ste
     const kv::WindowPages& wp = kv_step.windows[w];
     s.page_rows[w].assign(wp.page_rows.begin(), wp.page_rows.end());
     s.page_rows[w].resize(static_cast<size_t>(rows) + 1, wp.page_rows.back());
-    if (wp.pages.size() * sizeof(int32_t) > pages_[w].bytes)
+    const size_t capacity = inputs_->capacity(pages_region(w));
+    if (wp.pages.size() * sizeof(int32_t) > capacity)
       fail(ErrorCode::Internal, "page lists of ", wp.pages.size(), " entries exceed their buffer (",
-           pages_[w].bytes / sizeof(int32_t), ")");
+           capacity / sizeof(int32_t), ")");
   }
 }
 
 void Executor::upload_step(const kv::StepBuffers& kv_step) {
   const Shaped& s = shaped_;
-  const size_t n = static_cast<size_t>(s.rows);
-  backend_.upload(tokens_.data, s.tokens.data(), n * sizeof(int32_t));
-  backend_.upload(positions_.data, s.positions.data(), n * sizeof(int32_t));
-  backend_.upload(logit_rows_.data, s.logit_rows.data(), s.logit_rows.size() * sizeof(int32_t));
-  backend_.upload(cells_.data, s.cells.data(), n * sizeof(int32_t));
-  backend_.upload(read_len_.data, &kv_step.read_len, sizeof(int32_t));
+  inputs_->put(kTokens, s.tokens);
+  inputs_->put(kPositions, s.positions);
+  inputs_->put(kLogitRows, s.logit_rows);
+  inputs_->put(kCells, s.cells);
+  inputs_->put(kReadLen, std::span(&kv_step.read_len, 1));
   for (size_t w = 0; w < kv_step.windows.size(); ++w) {
-    backend_.upload(page_rows_[w].data, s.page_rows[w].data(), s.page_rows[w].size() * sizeof(int32_t));
-    const auto& pages = kv_step.windows[w].pages;
-    backend_.upload(pages_[w].data, pages.data(), pages.size() * sizeof(int32_t));
+    inputs_->put(page_rows_region(w), s.page_rows[w]);
+    inputs_->put(pages_region(w), kv_step.windows[w].pages);
   }
+  inputs_->upload();
   // The cell table: all of it after a growth or when the cache says so, else the changed rows.
   const auto cell_pos = cache_->cell_pos();
   if (cache_->all_cell_pos_changed()) {
     backend_.upload(cell_pos_.data, cell_pos.data(), cell_pos.size() * sizeof(int32_t));
   } else {
-    for (int64_t row : cache_->changed_cell_pos_rows())
-      backend_.upload(static_cast<int32_t*>(cell_pos_.data) + row, &cell_pos[row], sizeof(int32_t));
+    upload_cell_pos_rows(cell_pos);
   }
   cache_->mark_cell_pos_synced();
+}
+
+void Executor::upload_cell_pos_rows(std::span<const int32_t> cell_pos) {
+  // A copy per stretch of changed rows, the unchanged rows between them included (the host's
+  // table is the whole truth, so rewriting them changes nothing): a decode step's new cells are
+  // mostly neighbours, and a batch of 64 rows took 64 copies.
+  changed_rows_.assign(cache_->changed_cell_pos_rows().begin(), cache_->changed_cell_pos_rows().end());
+  std::sort(changed_rows_.begin(), changed_rows_.end());
+  auto* device = static_cast<int32_t*>(cell_pos_.data);
+  for (size_t i = 0; i < changed_rows_.size();) {
+    const int64_t first = changed_rows_[i];
+    int64_t last = first;
+    for (++i; i < changed_rows_.size() && changed_rows_[i] - last <= kCellPosMergeGap; ++i) last = changed_rows_[i];
+    backend_.upload(device + first, &cell_pos[static_cast<size_t>(first)],
+                    static_cast<size_t>(last - first + 1) * sizeof(int32_t));
+  }
 }
 
 void Executor::bind_kv_if_moved(const Program& program) {
@@ -220,14 +234,16 @@ void Executor::bind_kv_if_moved(const Program& program) {
   // The pool is bound by address; validate the whole manifest against what we bind now.
   std::vector<kv::BoundTensor> bound = kv::pool_bindings(program.geometry, storage);
   const int64_t t = program.max_tokens;
-  bound.push_back({kv::binding_name::kCells, DType::I32, {t}, 0, cells_.data});
+  bound.push_back({kv::binding_name::kCells, DType::I32, {t}, 0, inputs_->device(kCells)});
   bound.push_back({kv::binding_name::kCellPos, DType::I32, {storage.rows()}, 0, cell_pos_.data});
-  bound.push_back({kv::binding_name::kReadLen, DType::I32, {1}, 0, read_len_.data});
+  bound.push_back({kv::binding_name::kReadLen, DType::I32, {1}, 0, inputs_->device(kReadLen)});
   const auto& windows = program.geometry.windows();
   for (size_t w = 0; w < windows.size(); ++w) {
-    bound.push_back({kv::binding_name::page_rows(windows[w]), DType::I32, {t + 1}, 0, page_rows_[w].data});
-    bound.push_back({kv::binding_name::pages(windows[w]), DType::I32, {static_cast<int64_t>(pages_[w].bytes / 4)}, 0,
-                     pages_[w].data});
+    bound.push_back({kv::binding_name::page_rows(windows[w]), DType::I32, {t + 1}, 0,
+                     inputs_->device(page_rows_region(w))});
+    bound.push_back({kv::binding_name::pages(windows[w]), DType::I32,
+                     {static_cast<int64_t>(inputs_->capacity(pages_region(w)) / 4)}, 0,
+                     inputs_->device(pages_region(w))});
   }
   program.manifest.validate(bound);
   if (validated_ && storage.binding_epoch() != bound_epoch_) ++stats_.rebinds;
@@ -258,6 +274,7 @@ StepResult Executor::run(const StepRequest& step) {
       forward(program, rows, shaped_.logit_count);
     }
     result = read_output(program, step);
+    inputs_->settled();  // read_output waited for the step
   } catch (...) {
     cache_->abort();
     ++stats_.failed_steps;
@@ -279,11 +296,11 @@ StepResult Executor::read_output(const Program& program, const StepRequest& step
   auto source_row = [&](size_t i) { return padded ? static_cast<size_t>(step.logit_rows[i]) : i; };
   StepResult r;
   if (step.output == StepOutput::Argmax) {
-    std::vector<int32_t> all(static_cast<size_t>(shaped_.logit_count));
-    backend_.download(all.data(), argmax_.data, all.size() * sizeof(int32_t));
-    argmax_host_.resize(k);
-    for (size_t i = 0; i < k; ++i) argmax_host_[i] = all[source_row(i)];
-    r.argmax = argmax_host_;
+    const auto* all = static_cast<const int32_t*>(argmax_host_.data);
+    backend_.download(argmax_host_.data, argmax_.data, static_cast<size_t>(shaped_.logit_count) * sizeof(int32_t));
+    argmax_rows_.resize(k);
+    for (size_t i = 0; i < k; ++i) argmax_rows_[i] = all[source_row(i)];
+    r.argmax = argmax_rows_;
     return r;
   }
   const size_t vocab = static_cast<size_t>(vocab_size_);
@@ -325,7 +342,7 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
     switch (v.kind) {
       case ValueKind::Weight: return weights_[id];
       case ValueKind::Input: {
-        void* data = id == program.tokens ? tokens_.data : id == program.positions ? positions_.data : logit_rows_.data;
+        void* data = inputs_->device(id == program.tokens ? kTokens : id == program.positions ? kPositions : kLogitRows);
         const int64_t rows = v.extent == model::Extent::LogitRows ? n_logit_rows : n_tokens;
         return {data, DType::I32, rows, 1, sizeof(int32_t)};
       }
@@ -375,7 +392,7 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
   auto kv_destination = [&](const model::Op& store) {
     const kv::LayerGeometry& g = geometry.layer(store.layer);
     return backend::KvDestination{pool + geometry.k_offset(store.layer), pool + geometry.v_offset(store.layer),
-                                  geometry.bytes_per_cell(), g.dtype, static_cast<const int32_t*>(cells_.data)};
+                                  geometry.bytes_per_cell(), g.dtype, static_cast<const int32_t*>(inputs_->device(kCells))};
   };
   // A layer's view of the pool and the step's page lists, for its Attention op.
   auto paged_kv = [&](const model::Op& attention) {
@@ -390,8 +407,8 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
                             g.window,
                             cache_->config().page_cells,
                             static_cast<const int32_t*>(cell_pos_.data),
-                            static_cast<const int32_t*>(page_rows_[wi].data),
-                            static_cast<const int32_t*>(pages_[wi].data),
+                            static_cast<const int32_t*>(inputs_->device(page_rows_region(wi))),
+                            static_cast<const int32_t*>(inputs_->device(pages_region(wi))),
                             attention.scale_queries};
   };
   for (size_t i = 0; i < program.ops.size(); ++i) {

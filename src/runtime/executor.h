@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/program.h"
 #include "runtime/graph_manager.h"
+#include "runtime/step_inputs.h"
 
 namespace cellm::runtime {
 
@@ -108,6 +109,7 @@ class Executor {
   void allocate(Buffer& buffer, size_t bytes, const char* what);
   void shape_step(const StepRequest& step, const kv::StepBuffers& kv_step, int64_t rows);
   void upload_step(const kv::StepBuffers& kv_step);
+  void upload_cell_pos_rows(std::span<const int32_t> cell_pos);
   void bind_kv_if_moved(const model::Program& program);
   void forward(const model::Program& program, int64_t n_tokens, int64_t n_logit_rows);
   void forward_and_argmax(const model::Program& program, int64_t n_tokens, int64_t n_logit_rows);
@@ -125,11 +127,22 @@ class Executor {
   size_t decode_weight_bytes_ = 0;
   std::unique_ptr<GraphManager> graphs_;
 
-  Buffer arena_, tokens_, positions_, logit_rows_, cells_, read_len_, cell_pos_, argmax_;
-  std::vector<Buffer> page_rows_, pages_;  // one per distinct window
+  // The StepInputs regions: these five, then each window's page-list offsets, then each
+  // window's page lists.
+  enum Input : size_t { kTokens, kPositions, kLogitRows, kCells, kReadLen, kFirstWindowInput };
+  size_t page_rows_region(size_t window) const { return kFirstWindowInput + window; }
+  size_t pages_region(size_t window) const { return kFirstWindowInput + window_count_ + window; }
+  // Changed cell-table rows at most this far apart are sent in one copy (4 KiB).
+  static constexpr int64_t kCellPosMergeGap = 1024;
+
+  Buffer arena_, cell_pos_, argmax_;
+  std::unique_ptr<StepInputs> inputs_;
+  size_t window_count_ = 0;
   Shaped shaped_;
   Buffer logits_host_;  // host memory from the backend (page-locked on CUDA), grown on demand
-  std::vector<int32_t> argmax_host_;
+  Buffer argmax_host_;  // the same, max_write entries
+  std::vector<int32_t> argmax_rows_;  // the requested rows' argmax
+  std::vector<int64_t> changed_rows_;  // the cell table's changed rows, sorted (upload_cell_pos_rows)
   uint64_t bound_epoch_ = ~uint64_t{0};
   bool validated_ = false;
   ExecutorStats stats_;

@@ -110,7 +110,8 @@ void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
   use_device(device_);
   // From pageable memory this returns once the source has been staged, so the caller may
-  // reuse its buffer at once; the copy is ordered with the kernels on the stream.
+  // reuse its buffer at once; from page-locked memory (allocate_host) the copy reads it later,
+  // when the stream reaches it. Either way it is ordered with the kernels on the stream.
   check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
 }
 
