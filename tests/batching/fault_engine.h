@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "batching/faulty_backend.h"
+#include "common/faulty_backend.h"
 #include "batching/results.h"
 #include "batching/runner.h"
 #include "common/tiny_models.h"

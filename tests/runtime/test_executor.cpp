@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/expect_error.h"
+#include "common/faulty_backend.h"
 #include "common/test_models.h"
 #include "common/tiny_models.h"
 #include "core/error.h"
@@ -158,6 +159,28 @@ TEST_P(ExecutorOnTinyModels, DecodeStepsUseTheDecodeProgram) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ExecutorOnTinyModels, ::testing::Values("tiny-llama", "tiny-gemma3"));
+
+// A step's inputs travel in one copy and the cell table's new rows in one more, however many
+// sequences decode together: each input array, and each new cell, had taken a copy of its own.
+TEST(ExecutorCopies, ADecodeStepOfFourSequencesMakesTwoCopies) {
+  const auto file = gguf::File::open(test::tiny_model("tiny-llama"));
+  test::FaultyBackend backend(2);
+  Executor ex(backend, *file, Fixture::options(64));
+  std::vector<kv::SeqId> seqs;
+  std::vector<int32_t> t, pos, rows;
+  for (int s = 0; s < 4; ++s) {
+    const kv::SeqId seq = ex.cache().create();
+    for (int i = 0; i < 5; ++i) t.push_back(3 + s + i), pos.push_back(i), seqs.push_back(seq);
+    rows.push_back(static_cast<int32_t>(t.size()) - 1);
+  }
+  ex.run({t, pos, seqs, rows});
+  const std::vector<int32_t> next = {7, 8, 9, 10}, at = {5, 5, 5, 5}, all = {0, 1, 2, 3};
+  const std::vector<kv::SeqId> four = {seqs[0], seqs[5], seqs[10], seqs[15]};
+  const int64_t before = backend.uploads;
+  ex.run({next, at, four, all});
+  EXPECT_EQ(backend.uploads - before, 2);
+  EXPECT_EQ(ex.stats().decode_steps, 1);
+}
 
 // The real default model continues "The capital of France is" with " Paris".
 TEST(ExecutorOnDefaultModel, SmolLM2KnowsTheCapitalOfFrance) {

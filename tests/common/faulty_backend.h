@@ -1,7 +1,8 @@
 #pragma once
 // The CPU backend with a KV pool whose growths can be made to fail (kv::FaultyStorage), as an
 // exhausted device would refuse them: lets a runner test exhaust memory without exhausting
-// the machine. Everything else is forwarded unchanged (CpuBackend is final, so it is wrapped).
+// the machine. Everything else is forwarded unchanged (CpuBackend is final, so it is wrapped),
+// and the uploads are counted (the copies an executor step makes).
 #include "backend/cpu/cpu_backend.h"
 #include "kv/faulty_storage.h"
 
@@ -25,7 +26,11 @@ class FaultyBackend final : public backend::Backend {
   std::string description() const override { return "faulty " + cpu_.description(); }
   void* allocate(size_t bytes, const char* what) override { return cpu_.allocate(bytes, what); }
   void release(void* p) override { cpu_.release(p); }
-  void upload(void* dst, const void* src, size_t bytes) override { cpu_.upload(dst, src, bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    ++uploads;
+    cpu_.upload(dst, src, bytes);
+  }
+  int64_t uploads = 0;
   void download(void* dst, const void* src, size_t bytes) override { cpu_.download(dst, src, bytes); }
   TensorRef place_weight(const TensorRef& w, const std::string& name) override { return cpu_.place_weight(w, name); }
   TensorRef place_stacked_weight(std::span<const TensorRef> parts, const std::string& name) override {
