@@ -61,7 +61,6 @@ Executor::Executor(backend::Backend& backend, const gguf::File& file, const Exec
   // The step's inputs, in StepInputs regions (the Input enum's order), page lists last: they are
   // the large ones, mostly unused.
   const auto& windows = prefill_.geometry.windows();
-  window_count_ = windows.size();
   std::vector<size_t> regions{per_token, per_token, per_token, per_token, sizeof(int32_t)};
   for (size_t w = 0; w < windows.size(); ++w) regions.push_back(per_token + sizeof(int32_t));
   for (size_t w = 0; w < windows.size(); ++w) {

@@ -131,13 +131,12 @@ class Executor {
   // window's page lists.
   enum Input : size_t { kTokens, kPositions, kLogitRows, kCells, kReadLen, kFirstWindowInput };
   size_t page_rows_region(size_t window) const { return kFirstWindowInput + window; }
-  size_t pages_region(size_t window) const { return kFirstWindowInput + window_count_ + window; }
+  size_t pages_region(size_t window) const { return kFirstWindowInput + prefill_.geometry.windows().size() + window; }
   // Changed cell-table rows at most this far apart are sent in one copy (4 KiB).
   static constexpr int64_t kCellPosMergeGap = 1024;
 
   Buffer arena_, cell_pos_, argmax_;
   std::unique_ptr<StepInputs> inputs_;
-  size_t window_count_ = 0;
   Shaped shaped_;
   Buffer logits_host_;  // host memory from the backend (page-locked on CUDA), grown on demand
   Buffer argmax_host_;  // the same, max_write entries

@@ -31,8 +31,8 @@ class StepInputs {
   void* device(size_t region) const { return static_cast<char*>(device_) + offsets_[region]; }
   size_t capacity(size_t region) const { return capacities_[region]; }
 
-  // Writes `values` to the start of `region` in the mirror; the region is in use up to their
-  // end until the next put. Throws Internal if they do not fit. Waits for the last upload first
+  // Writes `values` to the start of `region` in the mirror; the next upload sends the region up
+  // to their end. Throws Internal if they do not fit. Waits for the last upload first
   // if the step that made it never waited (a failed step): the copy may still be reading.
   void put(size_t region, std::span<const int32_t> values);
   // Sends the used part of every region put since the last upload; returns the copies made.
