@@ -54,6 +54,20 @@ GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, Gem
   // (32 x 64 / 2), ffn_down at 48 / 64 rows 0.1268 -> 0.1166 / 0.1279 -> 0.1170 (32 x 64 / 1);
   // where that rule already took 32 weight rows, two or four blocks a multiprocessor were within
   // 1%. Its 64-row tiles follow the rule below.
+  //
+  // Past 64 rows, where the shared rule drops to 32-row tiles only because blocks of 64 x 64
+  // would leave a few multiprocessors idle (ffn_down's 4096 rows at 97-128 rows: 128 blocks for
+  // 132 SMs), Q6_K takes them, one a multiprocessor: each block decodes its weights once for 64
+  // rows instead of two blocks each decoding them for 32. H100, one run,
+  // CudaMatmulPerf.Llama3_8BTilesQ6K, ffn_down at 128 rows: 32 x 32 / 4 0.2080 ms -> 64 x 64 / 1
+  // 0.1535 ms. attn_v's 1024 rows would make a quarter of a round of such blocks; it keeps 32 x 32
+  // / 4, which was within 2% of the best there.
+  if (set == GemmTileSet::SmallDecoded && tokens > kMaxTokens && per_block == kMaxTokens / 2) {
+    const int64_t padded_64 = ceil_div(tokens, kMaxTokens) * kMaxTokens;
+    const int64_t grid_64 = grid_of(tokens, kMaxTokens, weight_rows);
+    const bool pads_little = 4 * (padded_64 - tokens) < padded_64;
+    if (pads_little && 2 * grid_64 > sm_count && grid_64 <= sm_count) return {kMaxTokens, kRows, 1};
+  }
   if (set == GemmTileSet::SmallDecoded && per_block <= kMaxTokens / 2) return {per_block, kRows / 2, 4};
   // Blocks of 64 weight rows: how many, and how many multiprocessors they would leave idle.
   const int64_t grid = grid_of(tokens, per_block, weight_rows);

@@ -311,6 +311,13 @@ TEST(CudaGemmTile, Llama3_8BShapes) {
   EXPECT_EQ(choose_gemm_tile(32, 128256, sms, decoded), (GemmTile{32, 32, 4}));
   EXPECT_EQ(choose_gemm_tile(64, 4096, sms, decoded), (GemmTile{32, 32, 4}));
   EXPECT_EQ(choose_gemm_tile(64, 128256, sms, decoded), (GemmTile{64, 64, 2}));
+  // Past 64 rows ffn_down's 128 blocks of 64 x 64 nearly fill one round: it takes them, one a
+  // multiprocessor, where Q4_K drops to 32-row tiles; attn_v's 32 would not, and keeps 32 x 32.
+  EXPECT_EQ(choose_gemm_tile(128, 4096, sms, decoded), (GemmTile{64, 64, 1}));
+  EXPECT_EQ(choose_gemm_tile(100, 4096, sms, decoded), (GemmTile{64, 64, 1}));
+  EXPECT_EQ(choose_gemm_tile(128, 4096, sms, direct), (GemmTile{32, 64, 2}));
+  EXPECT_EQ(choose_gemm_tile(128, 1024, sms, decoded), (GemmTile{32, 32, 4}));
+  EXPECT_EQ(choose_gemm_tile(80, 4096, sms, decoded), (GemmTile{32, 32, 4}));
   // Prefill chunks keep the largest tile, for every format.
   for (const int64_t n : {4096, 6144, 14336, 28672})
     for (const GemmTileSet set : {large, direct, decoded})
