@@ -17,6 +17,7 @@
 
 #include "batching/bench_stats.h"
 #include "batching/engine.h"
+#include "runtime/step_host_times.h"
 
 namespace cellm::batching {
 
@@ -55,6 +56,7 @@ struct BenchPoint {
   LatencyStats itl;              // one value per token gap of every generation
   int64_t steps = 0;             // forwards the rounds took
   int64_t preemptions = 0;
+  runtime::StepHostTimes decode_host;  // the executor's decode steps of the rounds, phase by phase
   std::vector<BenchRound> rounds;
 };
 

@@ -4,6 +4,7 @@
 
 #include "kv/metrics.h"
 #include "runtime/graph_manager.h"
+#include "runtime/step_host_times.h"
 
 namespace cellm::batching {
 
@@ -27,6 +28,7 @@ struct EngineMetrics {
   double busy_seconds = 0;        // time spent in forwards
   kv::CacheMetrics kv;
   runtime::GraphStats graphs;     // the executor's decode graphs
+  runtime::StepHostTimes decode_host;  // the executor's decode steps, phase by phase
 };
 
 }  // namespace cellm::batching

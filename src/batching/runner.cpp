@@ -135,6 +135,7 @@ void Runner::publish_metrics() {
   metrics_.waiting = static_cast<int64_t>(waiting_.size());
   metrics_.kv = executor_.cache().metrics();
   metrics_.graphs = executor_.stats().graphs;
+  metrics_.decode_host = executor_.stats().decode_host;
   std::lock_guard<std::mutex> lock(mutex_);
   snapshot_ = metrics_;
 }

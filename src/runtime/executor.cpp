@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
@@ -15,6 +16,7 @@ using model::Method;
 using model::Program;
 using model::ValueId;
 using model::ValueKind;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -251,17 +253,20 @@ void Executor::bind_kv_if_moved(const Program& program) {
 }
 
 StepResult Executor::run(const StepRequest& step) {
+  const auto started = Clock::now();
   validate_request(step);
   const Program& program = choose_program(step);
   const bool padded = program.method == Method::Decode && backend_.static_decode_shapes();
   const int64_t rows = padded ? program.max_tokens : static_cast<int64_t>(step.tokens.size());
   const kv::StepBuffers& kv_step = cache_->prepare(step.seq_ids, step.positions);
   StepResult result;
+  Clock::time_point bound, launched, read;
   try {
     shape_step(step, kv_step, rows);
     upload_step(kv_step);
     bind_kv_if_moved(program);
     if (fault_hook_) fault_hook_();
+    bound = Clock::now();
     const bool argmax = padded || step.output == StepOutput::Argmax;
     if (graphs_ && program.method == Method::Decode) {
       const auto bucket = static_cast<int32_t>(&program - decode_.data());
@@ -272,8 +277,10 @@ StepResult Executor::run(const StepRequest& step) {
     } else {
       forward(program, rows, shaped_.logit_count);
     }
+    launched = Clock::now();
     result = read_output(program, step);
     inputs_->settled();  // read_output waited for the step
+    read = Clock::now();
   } catch (...) {
     cache_->abort();
     ++stats_.failed_steps;
@@ -283,6 +290,17 @@ StepResult Executor::run(const StepRequest& step) {
   ++(program.method == Method::Decode ? stats_.decode_steps : stats_.prefill_steps);
   stats_.tokens += static_cast<int64_t>(step.tokens.size());
   if (graphs_) stats_.graphs = graphs_->stats();
+  if (program.method == Method::Decode) {
+    auto seconds = [](Clock::time_point from, Clock::time_point to) {
+      return std::chrono::duration<double>(to - from).count();
+    };
+    StepHostTimes& t = stats_.decode_host;
+    ++t.steps;
+    t.inputs_s += seconds(started, bound);
+    t.launch_s += seconds(bound, launched);
+    t.wait_s += seconds(launched, read);
+    t.total_s += seconds(started, Clock::now());
+  }
   return result;
 }
 

@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/program.h"
 #include "runtime/graph_manager.h"
+#include "runtime/step_host_times.h"
 #include "runtime/step_inputs.h"
 
 namespace cellm::runtime {
@@ -61,6 +62,7 @@ struct ExecutorStats {
   int64_t tokens = 0;   // tokens written to the cache
   int64_t rebinds = 0;  // the pool moved and the KV bindings were rebuilt
   GraphStats graphs;
+  StepHostTimes decode_host;
 };
 
 class Executor {

@@ -49,6 +49,11 @@ def check_results(report, prompt, generated, batches, cellm_bin=None):
         assert r["itl_ms"]["p99"] <= r["itl_ms"]["max"]
         assert len(r["rounds"]) == 1 and 0 < r["rounds"][0]["decode_tokens"] <= b * (generated - 1)
         assert r["steps"] >= generated and r["preemptions"] == 0
+        # The executor's decode steps, phase by phase (µs a step): the phases fit in the step.
+        host = r["decode_host_us"]
+        assert 1 <= host["steps"] <= r["steps"]
+        assert min(host["inputs"], host["launch"], host["wait"]) >= 0
+        assert host["inputs"] + host["launch"] + host["wait"] <= host["executor"] * (1 + 1e-9)
         # A decode step yields one token per generation: generation_tok_s / b steps a second.
         expected = r["generation_tok_s"] / b * report["decode_weight_bytes"] / 1e9
         assert r["weight_stream_gb_s"] == pytest.approx(expected, rel=1e-9)

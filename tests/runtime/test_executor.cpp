@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <numeric>
+#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "common/expect_error.h"
@@ -180,6 +182,40 @@ TEST(ExecutorCopies, ADecodeStepOfFourSequencesMakesTwoCopies) {
   ex.run({next, at, four, all});
   EXPECT_EQ(backend.uploads - before, 2);
   EXPECT_EQ(ex.stats().decode_steps, 1);
+}
+
+// Decode steps are timed phase by phase (a prefill and a failed step are not), and the phases
+// fit in the step: the time the step spends before its forward is issued (here a hook that
+// sleeps) is counted as its inputs' time.
+TEST(ExecutorHostTimes, OnlyDecodeStepsAreTimedAndTheirPhasesFitInTheStep) {
+  Fixture f(test::tiny_model("tiny-llama"));
+  Executor& ex = f.executor;
+  const kv::SeqId seq = ex.cache().create();
+  const std::vector<int32_t> prompt = {3, 4, 5}, pos = {0, 1, 2}, last = {2}, first = {0};
+  const std::vector<kv::SeqId> seqs(3, seq);
+  ex.run({prompt, pos, seqs, last});
+  EXPECT_EQ(ex.stats().decode_host.steps, 0);
+
+  constexpr auto kSleep = std::chrono::milliseconds(3);
+  ex.set_fault_hook([&] { std::this_thread::sleep_for(kSleep); });
+  const std::vector<kv::SeqId> one = {seq};
+  for (int32_t p = 3; p < 5; ++p) {
+    const std::vector<int32_t> token = {6 + p}, at = {p};
+    ex.run({token, at, one, first});
+  }
+  ex.set_fault_hook([] { throw Error(ErrorCode::Internal, "injected"); });
+  const std::vector<int32_t> token = {9}, at = {5};
+  EXPECT_THROW(ex.run({token, at, one, first}), Error);
+
+  const StepHostTimes& t = ex.stats().decode_host;
+  EXPECT_EQ(t.steps, 2);
+  EXPECT_GE(t.inputs_s, 2 * std::chrono::duration<double>(kSleep).count());
+  EXPECT_GE(t.launch_s, 0.0);
+  EXPECT_GE(t.wait_s, 0.0);
+  EXPECT_LE(t.inputs_s + t.launch_s + t.wait_s, t.total_s);
+  const StepHostTimes none = t.since(t);
+  EXPECT_EQ(none.steps, 0);
+  EXPECT_EQ(none.total_s, 0.0);
 }
 
 // The real default model continues "The capital of France is" with " Paris".
