@@ -60,8 +60,9 @@ GemmTile choose_gemm_tile(int64_t tokens, int64_t weight_rows, int sm_count, Gem
   // 132 SMs), Q6_K takes them, one a multiprocessor: each block decodes its weights once for 64
   // rows instead of two blocks each decoding them for 32. H100, one run,
   // CudaMatmulPerf.Llama3_8BTilesQ6K, ffn_down at 128 rows: 32 x 32 / 4 0.2080 ms -> 64 x 64 / 1
-  // 0.1535 ms. attn_v's 1024 rows would make a quarter of a round of such blocks; it keeps 32 x 32
-  // / 4, which was within 2% of the best there.
+  // 0.1535 ms (measured at 128 rows only; at 97-127 both tiles pad to 128 rows alike). attn_v's
+  // 1024 rows would make a quarter of a round of such blocks; it keeps 32 x 32 / 4, which that
+  // run did not find beaten at 128 rows.
   if (set == GemmTileSet::SmallDecoded && tokens > kMaxTokens && per_block == kMaxTokens / 2) {
     const int64_t padded_64 = ceil_div(tokens, kMaxTokens) * kMaxTokens;
     const int64_t grid_64 = grid_of(tokens, kMaxTokens, weight_rows);
