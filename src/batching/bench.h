@@ -57,6 +57,7 @@ struct BenchPoint {
   int64_t steps = 0;             // forwards the rounds took
   int64_t preemptions = 0;
   runtime::StepHostTimes decode_host;  // the executor's decode steps of the rounds, phase by phase
+  double decode_gap_us = 0;            // the engine's time between two decode steps in a row, mean
   std::vector<BenchRound> rounds;
 };
 

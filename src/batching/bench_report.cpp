@@ -22,14 +22,17 @@ nlohmann::json latency_json(const LatencyStats& s) {
   return {{"count", s.count}, {"mean", s.mean_ms}, {"p50", s.p50_ms}, {"p99", s.p99_ms}, {"max", s.max_ms}};
 }
 
-// Microseconds a decode step, phase by phase (runtime/step_host_times.h).
-nlohmann::json decode_host_json(const runtime::StepHostTimes& t) {
+// Microseconds a decode step, phase by phase (runtime/step_host_times.h), and the engine's
+// time between two decode steps.
+nlohmann::json decode_host_json(const BenchPoint& p) {
+  const runtime::StepHostTimes& t = p.decode_host;
   const double per_step = t.steps > 0 ? 1e6 / static_cast<double>(t.steps) : 0.0;
   return {{"steps", t.steps},
           {"inputs", t.inputs_s * per_step},
           {"launch", t.launch_s * per_step},
           {"wait", t.wait_s * per_step},
-          {"executor", t.total_s * per_step}};
+          {"executor", t.total_s * per_step},
+          {"engine_gap", p.decode_gap_us}};
 }
 
 nlohmann::json bench_point_json(const BenchPoint& p, size_t decode_weight_bytes) {
@@ -50,7 +53,7 @@ nlohmann::json bench_point_json(const BenchPoint& p, size_t decode_weight_bytes)
           {"itl_ms", latency_json(p.itl)},
           {"steps", p.steps},
           {"preemptions", p.preemptions},
-          {"decode_host_us", decode_host_json(p.decode_host)},
+          {"decode_host_us", decode_host_json(p)},
           {"rounds", std::move(rounds)}};
 }
 

@@ -26,6 +26,10 @@ struct EngineMetrics {
   int64_t finished = 0;
   int64_t rejected = 0;           // refused at submit (queue full, bad request)
   double busy_seconds = 0;        // time spent in forwards
+  // Between two decode steps in a row: from one forward's return to the next one's start (the
+  // tokens emitted, the next step planned), summed, and how many such gaps.
+  double decode_gap_seconds = 0;
+  int64_t decode_gaps = 0;
   kv::CacheMetrics kv;
   runtime::GraphStats graphs;     // the executor's decode graphs
   runtime::StepHostTimes decode_host;  // the executor's decode steps, phase by phase

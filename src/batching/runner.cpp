@@ -367,7 +367,13 @@ bool Runner::run_one_step() {
   bool greedy = true;
   for (const Session* s : logit_owner) greedy = greedy && s->sampler.is_plain_greedy();
   runtime::StepResult result;
+  const bool has_prefill = plan.slices.size() > static_cast<size_t>(plan.decode_rows);
   const auto started = Clock::now();
+  if (!has_prefill && decode_returned_) {
+    metrics_.decode_gap_seconds += std::chrono::duration<double>(started - *decode_returned_).count();
+    ++metrics_.decode_gaps;
+  }
+  decode_returned_.reset();
   try {
     if (step_hook_copy_) step_hook_copy_(metrics_.steps + metrics_.failed_steps);
     result = executor_.run({tokens, positions, seq_ids, logit_rows,
@@ -390,9 +396,10 @@ bool Runner::run_one_step() {
     for (const PlannedSlice& slice : plan.slices) finish(*slice.session, FinishReason::Failed, e.what());
     return false;
   }
-  metrics_.busy_seconds += std::chrono::duration<double>(Clock::now() - started).count();
+  const auto returned = Clock::now();
+  metrics_.busy_seconds += std::chrono::duration<double>(returned - started).count();
+  if (!has_prefill) decode_returned_ = returned;
   ++metrics_.steps;
-  const bool has_prefill = plan.slices.size() > static_cast<size_t>(plan.decode_rows);
   if (!has_prefill) ++metrics_.decode_steps;
   else ++metrics_.prefill_steps;
   if (has_prefill && plan.decode_rows > 0) ++metrics_.mixed_steps;

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -115,6 +116,9 @@ class Runner {
   // back, the pool's present rows are the limit. Retrying the growth sooner would fail again,
   // preempt the same youngest session, readmit it and fail again, forever.
   bool growth_refused_ = false;
+  // When the last forward returned, if it was a decode step (engine thread): the time from there
+  // to the next decode step's forward is the engine's share of the gap between two steps.
+  std::optional<Clock::time_point> decode_returned_;
   int64_t submitted_count_ = 0;  // under mutex_
   int64_t rejected_count_ = 0;   // under mutex_
   // Threads that draw the sampled tokens of one step side by side: the backend's host threads,

@@ -197,6 +197,23 @@ TEST(Runner, ResumingAConversationReusesItsCache) {
   EXPECT_EQ(e.runner.metrics().kv.live_cells, 0);
 }
 
+// A generation of n tokens alone: a prefill step, then n - 1 decode steps, which the executor
+// times phase by phase; the engine's gaps are counted only between decode steps in a row (n - 2
+// of them), not after the prefill.
+TEST(Runner, CountsTheGapsBetweenDecodeStepsInARow) {
+  Engine e("tiny-llama");
+  Results res;
+  constexpr int kTokens = 6;
+  ASSERT_EQ(res.wait(e.runner.submit(request(1, 5, kTokens), res.callbacks())).tokens.size(), size_t{kTokens});
+  e.runner.wait_idle();
+  const EngineMetrics m = e.runner.metrics();
+  EXPECT_EQ(m.prefill_steps, 1);
+  EXPECT_EQ(m.decode_steps, kTokens - 1);
+  EXPECT_EQ(m.decode_host.steps, kTokens - 1);
+  EXPECT_EQ(m.decode_gaps, kTokens - 2);
+  EXPECT_GT(m.decode_gap_seconds, 0.0);
+}
+
 TEST(Runner, RefusesBadRequestsAtSubmit) {
   Engine e("tiny-llama", {.max_waiting = 2, .context_length = 64});
   Results res;

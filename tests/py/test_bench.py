@@ -54,6 +54,7 @@ def check_results(report, prompt, generated, batches, cellm_bin=None):
         assert 1 <= host["steps"] <= r["steps"]
         assert min(host["inputs"], host["launch"], host["wait"]) >= 0
         assert host["inputs"] + host["launch"] + host["wait"] <= host["executor"] * (1 + 1e-9)
+        assert host["engine_gap"] > 0  # each round has two decode steps in a row or more
         # A decode step yields one token per generation: generation_tok_s / b steps a second.
         expected = r["generation_tok_s"] / b * report["decode_weight_bytes"] / 1e9
         assert r["weight_stream_gb_s"] == pytest.approx(expected, rel=1e-9)
