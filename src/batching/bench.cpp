@@ -181,7 +181,8 @@ BenchPoint run_point(Engine& engine, const BenchConfig& c, int32_t batch) {
   point.preemptions = after.preemptions - before.preemptions;
   point.decode_host = after.decode_host.since(before.decode_host);
   const int64_t gaps = after.decode_gaps - before.decode_gaps;
-  if (gaps > 0) point.decode_gap_us = (after.decode_gap_seconds - before.decode_gap_seconds) * 1e6 / static_cast<double>(gaps);
+  if (gaps > 0)
+    point.decode_gap_us = (after.decode_gap_seconds - before.decode_gap_seconds) * 1e6 / static_cast<double>(gaps);
   const double prompt_total = static_cast<double>(point.prompt_tokens) * c.repetitions;
   point.prompt_tok_s = prefill_ms > 0 ? prompt_total / (prefill_ms / 1000.0) : 0.0;
   point.generation_tok_s = decode_ms > 0 ? static_cast<double>(decode_tokens) / (decode_ms / 1000.0) : 0.0;

@@ -23,6 +23,20 @@ nlohmann::json generation_json(const GenerationResult& r) {
   return g;
 }
 
+namespace {
+
+// The host's time in the executor's decode steps, phase by phase (runtime/step_host_times.h),
+// and the engine's between two decode steps in a row: summed, in seconds.
+nlohmann::json decode_host_seconds_json(const EngineMetrics& m) {
+  const runtime::StepHostTimes& t = m.decode_host;
+  return {{"steps", t.steps},         {"inputs", t.inputs_s},
+          {"launch", t.launch_s},     {"wait", t.wait_s},
+          {"executor", t.total_s},    {"engine_gaps", m.decode_gaps},
+          {"engine_gap", m.decode_gap_seconds}};
+}
+
+}  // namespace
+
 nlohmann::json engine_json(Engine& engine) {
   const EngineMetrics m = engine.runner().metrics();
   const runtime::Executor& ex = engine.executor();
@@ -64,7 +78,8 @@ nlohmann::json engine_json(Engine& engine) {
                 {"preemptions", m.preemptions},
                 {"prompt_tokens", m.prompt_tokens},
                 {"generated_tokens", m.generated_tokens},
-                {"busy_seconds", m.busy_seconds}};
+                {"busy_seconds", m.busy_seconds},
+                {"decode_host_seconds", decode_host_seconds_json(m)}};
   const runtime::GraphStats& g = m.graphs;
   j["graphs"] = {{"enabled", ex.graphs_enabled()},
                  {"captures", g.captures},

@@ -30,6 +30,11 @@ def test_five_prompts_in_one_batch(cellm_bin, smollm2, tmp_path):
     # The long prompt was prefilled in slices beside the other generations' decode rows.
     assert germany["timings"]["prefill_steps_beside_decodes"] >= 3, germany["timings"]
     assert report["steps"]["mixed"] >= 3
+    # Every all-decode step ran the executor's decode program, timed phase by phase.
+    host = report["steps"]["decode_host_seconds"]
+    assert host["steps"] == report["steps"]["decode"] > 0
+    assert host["inputs"] + host["launch"] + host["wait"] <= host["executor"] * (1 + 1e-9)
+    assert 0 < host["engine_gaps"] < host["steps"]
     assert report["kv"]["growth_count"] >= 1  # started small and grew on demand
     for (prompt, _), g in zip(PROMPTS, report["generations"]):
         assert g["text"] in out.stdout
