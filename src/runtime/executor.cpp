@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -107,13 +109,24 @@ void Executor::place_weights(const gguf::File& file, const Program& program) {
     }
     weights_[id] = backend_.place_stacked_weight(parts, v.name);
   }
-  // Every program must name the same weights at the same ids (the builder is deterministic).
-  for (const Program& p : decode_)
-    for (ValueId id = 0; id < static_cast<ValueId>(p.values.size()); ++id)
-      if (p.values[id].kind == ValueKind::Weight &&
-          (id >= static_cast<ValueId>(program.values.size()) || program.values[id].name != p.values[id].name))
-        fail(ErrorCode::Internal, "decode program weight #", id, " differs from the prefill program's");
-  for (const ValueId id : decode_.front().weights_read_whole()) decode_weight_bytes_ += file_bytes[id];
+  // The decode programs name the same weights, at ids of their own (a decode program has values
+  // the prefill program has not, and the other way round): each finds its weights by name once.
+  std::unordered_map<std::string_view, ValueId> by_name;
+  for (ValueId id = 0; id < static_cast<ValueId>(program.values.size()); ++id)
+    if (program.values[id].kind == ValueKind::Weight) by_name.emplace(program.values[id].name, id);
+  decode_weight_ids_.clear();
+  for (const Program& p : decode_) {
+    std::vector<ValueId>& ids = decode_weight_ids_.emplace_back(p.values.size(), model::kNoValue);
+    for (ValueId id = 0; id < static_cast<ValueId>(p.values.size()); ++id) {
+      if (p.values[id].kind != ValueKind::Weight) continue;
+      const auto found = by_name.find(p.values[id].name);
+      if (found == by_name.end() || program.values[found->second].rows != p.values[id].rows ||
+          program.values[found->second].cols != p.values[id].cols)
+        fail(ErrorCode::Internal, "decode program weight ", p.values[id].name, " differs from the prefill program's");
+      ids[id] = found->second;
+    }
+  }
+  for (const ValueId id : decode_.front().weights_read_whole()) decode_weight_bytes_ += file_bytes[decode_weight_ids_[0][id]];
 }
 
 void Executor::allocate(Buffer& buffer, size_t bytes, const char* what) {
@@ -159,10 +172,9 @@ void Executor::validate_request(const StepRequest& step) const {
       fail(ErrorCode::LimitExceeded, "position ", p, " is beyond the context length ", options_.max_context);
 }
 
-void Executor::shape_step(const StepRequest& step, const kv::StepBuffers& kv_step, int64_t rows) {
+void Executor::shape_step(const StepRequest& step, const kv::StepBuffers& kv_step, Method method, int64_t rows) {
   // Padding rows (rows beyond the request) read token 0 at position 0, write no cell (-1) and
   // list no page, so they change nothing and see nothing.
-  const size_t n = step.tokens.size();
   Shaped& s = shaped_;
   s.rows = rows;
   s.tokens.assign(step.tokens.begin(), step.tokens.end());
@@ -171,8 +183,9 @@ void Executor::shape_step(const StepRequest& step, const kv::StepBuffers& kv_ste
   s.tokens.resize(static_cast<size_t>(rows), 0);
   s.positions.resize(static_cast<size_t>(rows), 0);
   s.cells.resize(static_cast<size_t>(rows), -1);
-  if (static_cast<size_t>(rows) > n) {
-    // A padded decode step wants every row's output; read_output picks the requested ones.
+  if (method == Method::Decode) {
+    // A decode program computes every row's output, padding rows included (it has no gather:
+    // decoder_program.cpp); read_output picks the requested ones.
     s.logit_rows.resize(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) s.logit_rows[r] = static_cast<int32_t>(r);
   } else {
@@ -262,7 +275,7 @@ StepResult Executor::run(const StepRequest& step) {
   StepResult result;
   Clock::time_point bound, launched, read;
   try {
-    shape_step(step, kv_step, rows);
+    shape_step(step, kv_step, program.method, rows);
     upload_step(kv_step);
     bind_kv_if_moved(program);
     if (fault_hook_) fault_hook_();
@@ -354,10 +367,16 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
   const kv::Geometry& geometry = program.geometry;
   const kv::KvStorage& storage = cache_->storage();
   char* pool = static_cast<char*>(storage.base());
+  // weights_ is by the prefill program's ids; a decode program's map to them.
+  const std::vector<ValueId>* weight_ids =
+      program.method == Method::Decode ? &decode_weight_ids_[static_cast<size_t>(&program - decode_.data())] : nullptr;
+  auto weight = [&](ValueId id) -> const backend::TensorRef& {
+    return weights_[weight_ids != nullptr ? (*weight_ids)[id] : id];
+  };
   auto ref = [&](ValueId id) -> backend::TensorRef {
     const model::ValueInfo& v = program.value(id);
     switch (v.kind) {
-      case ValueKind::Weight: return weights_[id];
+      case ValueKind::Weight: return weight(id);
       case ValueKind::Input: {
         void* data = inputs_->device(id == program.tokens ? kTokens : id == program.positions ? kPositions : kLogitRows);
         const int64_t rows = v.extent == model::Extent::LogitRows ? n_logit_rows : n_tokens;
@@ -376,7 +395,7 @@ void Executor::forward(const Program& program, int64_t n_tokens, int64_t n_logit
     }
   };
   auto ints = [&](ValueId id) { return static_cast<const int32_t*>(ref(id).data); };
-  auto floats = [&](ValueId id) { return static_cast<const float*>(weights_[id].data); };
+  auto floats = [&](ValueId id) { return static_cast<const float*>(weight(id).data); };
   using model::OpCode;
   auto bias_of = [&](const model::Op& matmul) { return matmul.c == model::kNoValue ? nullptr : floats(matmul.c); };
   // The op after ops[i] when it multiplies ops[i]'s output (a MatMul, or also a MatMulAdd): such

@@ -109,7 +109,7 @@ class Executor {
   void validate_request(const StepRequest& step) const;
   void place_weights(const gguf::File& file, const model::Program& program);
   void allocate(Buffer& buffer, size_t bytes, const char* what);
-  void shape_step(const StepRequest& step, const kv::StepBuffers& kv_step, int64_t rows);
+  void shape_step(const StepRequest& step, const kv::StepBuffers& kv_step, model::Method method, int64_t rows);
   void upload_step(const kv::StepBuffers& kv_step);
   void upload_cell_pos_rows(std::span<const int32_t> cell_pos);
   void bind_kv_if_moved(const model::Program& program);
@@ -124,7 +124,8 @@ class Executor {
   model::Program prefill_;
   std::vector<model::Program> decode_;  // one per bucket, ascending
   std::unique_ptr<kv::CellCache> cache_;
-  std::vector<backend::TensorRef> weights_;  // by ValueId (same ids in every program)
+  std::vector<backend::TensorRef> weights_;  // by the prefill program's ValueIds
+  std::vector<std::vector<model::ValueId>> decode_weight_ids_;  // per decode program: its ValueId -> weights_'s
   size_t weights_bytes_ = 0;
   size_t decode_weight_bytes_ = 0;
   std::unique_ptr<GraphManager> graphs_;

@@ -99,6 +99,20 @@ TEST(DecoderProgram, Gemma3HasNormsAndTwoWindows) {
   EXPECT_NE(p.manifest.find("kv.pages.w8"), nullptr);
 }
 
+// A decode step wants every row's logits, so its program gathers none (the executor picks the
+// requested rows of its output); the prefill program of the same model does.
+TEST(DecoderProgram, DecodeComputesEveryRowWithoutAGather) {
+  for (const char* model : {"tiny-gemma3", "tiny-llama"}) {
+    SCOPED_TRACE(model);
+    const auto file = gguf::File::open(test::tiny_model(model));
+    const ModelConfig c = read_model_config(*file);
+    const Program decode = build_decoder_program(*file, c, Method::Decode, 8);
+    EXPECT_EQ(count_ops(decode, OpCode::GatherRows), 0);
+    EXPECT_EQ(decode.value(decode.logits).extent, Extent::Tokens);
+    EXPECT_EQ(count_ops(build_decoder_program(*file, c, Method::Prefill, 8), OpCode::GatherRows), 1);
+  }
+}
+
 // Past the last attention only the rows whose logits are wanted are computed: the last layer's
 // FFN, the final norm and the output matrix take the gathered rows (llama.cpp's graphs do too,
 // which ggml numerics depend on: a product's order can follow its row count).

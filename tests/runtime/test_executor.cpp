@@ -160,6 +160,42 @@ TEST_P(ExecutorOnTinyModels, DecodeStepsUseTheDecodeProgram) {
   EXPECT_EQ(f.executor.program(model::Method::Decode, 3).max_tokens, 4);
 }
 
+// A decode program computes every row (it has no gather), so a decode step that wants some of
+// its rows' output, in another order, is answered from the right rows: the same logits and
+// argmax as the same step asking for all of them.
+TEST_P(ExecutorOnTinyModels, ADecodeStepAnswersTheRowsItAsksFor) {
+  Fixture f(test::tiny_model(GetParam()));
+  const size_t v = static_cast<size_t>(f.executor.vocab_size());
+  std::vector<kv::SeqId> seqs;
+  for (int s = 0; s < 3; ++s) {
+    seqs.push_back(f.executor.cache().create());
+    const std::vector<int32_t> t = {3 + s, 9}, pos = {0, 1}, last = {1};
+    const std::vector<kv::SeqId> own(2, seqs.back());
+    f.executor.run({t, pos, own, last});
+  }
+  // Three copies of the three sequences, so that each request decodes the same state.
+  std::vector<kv::SeqId> logits_twins, argmax_twins;
+  for (kv::SeqId s : seqs) {
+    logits_twins.push_back(f.executor.cache().clone(s, 2));
+    argmax_twins.push_back(f.executor.cache().clone(s, 2));
+  }
+  const std::vector<int32_t> next = {7, 8, 9}, at = {2, 2, 2}, all = {0, 1, 2}, some = {2, 0};
+  const auto every_span = f.executor.run({next, at, seqs, all}).logits;
+  const std::vector<float> every(every_span.begin(), every_span.end());
+  ASSERT_EQ(every.size(), 3 * v);
+  const auto picked = f.executor.run({next, at, logits_twins, some}).logits;
+  ASSERT_EQ(picked.size(), 2 * v);
+  EXPECT_TRUE(std::equal(picked.begin(), picked.begin() + v, every.begin() + 2 * v)) << "row 2";
+  EXPECT_TRUE(std::equal(picked.begin() + v, picked.end(), every.begin())) << "row 0";
+  const auto argmax = f.executor.run({next, at, argmax_twins, some, StepOutput::Argmax}).argmax;
+  ASSERT_EQ(argmax.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto row = every.begin() + static_cast<ptrdiff_t>(some[i] * v);
+    EXPECT_EQ(argmax[i], std::max_element(row, row + static_cast<ptrdiff_t>(v)) - row) << "row " << some[i];
+  }
+  EXPECT_EQ(f.executor.stats().decode_steps, 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, ExecutorOnTinyModels, ::testing::Values("tiny-llama", "tiny-gemma3"));
 
 // A step's inputs travel in one copy and the cell table's new rows in one more, however many
