@@ -54,7 +54,13 @@ CudaBackend::CudaBackend(int device) : device_(device), memory_(device) {
         static_cast<unsigned*>(memory_.allocate(attention_arrival_count() * sizeof(unsigned), "attention arrivals"));
     check(cudaMemsetAsync(attention_arrivals_, 0, attention_arrival_count() * sizeof(unsigned), stream_),
           "attention arrivals");
-    check(cudaStreamSynchronize(stream_), "attention arrivals");
+    argmax_workspace_.bests =
+        memory_.allocate(static_cast<size_t>(kArgmaxSplitMaxRows) * kArgmaxMaxParts * 8, "argmax candidates");
+    argmax_workspace_.arrivals =
+        static_cast<unsigned*>(memory_.allocate(kArgmaxSplitMaxRows * sizeof(unsigned), "argmax arrivals"));
+    check(cudaMemsetAsync(argmax_workspace_.arrivals, 0, kArgmaxSplitMaxRows * sizeof(unsigned), stream_),
+          "argmax arrivals");
+    check(cudaStreamSynchronize(stream_), "attention and argmax arrivals");
   } catch (...) {
     free_all();
     throw;
@@ -67,7 +73,8 @@ void CudaBackend::free_all() {
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   matmul_.reset();
   rope_tables_.reset();
-  for (void* p : {static_cast<void*>(attention_partials_), static_cast<void*>(attention_arrivals_)}) {
+  for (void* p : {static_cast<void*>(attention_partials_), static_cast<void*>(attention_arrivals_),
+                  argmax_workspace_.bests, static_cast<void*>(argmax_workspace_.arrivals)}) {
     try {
       memory_.release(p);
     } catch (...) {
@@ -75,6 +82,7 @@ void CudaBackend::free_all() {
   }
   attention_partials_ = nullptr;
   attention_arrivals_ = nullptr;
+  argmax_workspace_ = {};
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   stream_ = nullptr;
 }
@@ -351,7 +359,7 @@ void CudaBackend::gather_rows(const TensorRef& x, const int32_t* rows, const Ten
 
 void CudaBackend::argmax_rows(const TensorRef& logits, int32_t* out) {
   use_device(device_);
-  launch_argmax_rows(logits, out, stream_);
+  launch_argmax_rows(logits, out, argmax_workspace_, stream_);
 }
 
 void CudaBackend::begin_capture() {

@@ -106,6 +106,7 @@ class CudaBackend final : public backend::Backend {
   float* attention_partials_ = nullptr;
   size_t attention_partials_floats_ = 0;
   unsigned* attention_arrivals_ = nullptr;
+  ArgmaxWorkspace argmax_workspace_;
 };
 
 }  // namespace cellm::cuda

@@ -56,7 +56,15 @@ void launch_glu(const TensorRef& gate, const TensorRef& up, backend::GluActivati
 void launch_add_bias(const TensorRef& out, const float* bias, cudaStream_t stream);
 // out[i] = x[rows[i]]; a row index outside x gives a zero row.
 void launch_gather_rows(const TensorRef& x, const int32_t* rows, const TensorRef& out, cudaStream_t stream);
-void launch_argmax_rows(const TensorRef& logits, int32_t* out, cudaStream_t stream);
+// A decode step's rows (up to kArgmaxSplitMaxRows) are split over blocks that count themselves
+// in `workspace` (argmax.cu); without one, or for more rows, a block per row.
+inline constexpr int64_t kArgmaxSplitMaxRows = 256;
+inline constexpr int kArgmaxMaxParts = 64;
+struct ArgmaxWorkspace {
+  void* bests = nullptr;         // kArgmaxSplitMaxRows x kArgmaxMaxParts 8-byte candidates
+  unsigned* arrivals = nullptr;  // kArgmaxSplitMaxRows counters, zero between launches
+};
+void launch_argmax_rows(const TensorRef& logits, int32_t* out, const ArgmaxWorkspace& workspace, cudaStream_t stream);
 
 // --- matrix products (matmul.cpp chooses; the exact kernels are in matmul_kernels.h) -------
 // Rows [row0, row0 + rows) of weight w as dense bf16, `w.cols` elements per row, contiguous.

@@ -137,12 +137,30 @@ TEST(CudaRowOps, ArgmaxTakesTheLowestIndexAmongEquals) {
     std::vector<int32_t> cpu_out(rows);
     cpu_backend().argmax_rows(logits.host_ref(), cpu_out.data());
     DeviceBuffer d_logits(gpu, logits.values), d_out(gpu, rows * sizeof(int32_t));
-    gpu.argmax_rows(Rows::device_ref(d_logits, rows, cols), d_out.as<int32_t>());
-    EXPECT_EQ(d_out.download<int32_t>(rows), cpu_out) << cols << " columns";
+    // Twice: a row's parts (argmax.cu) count themselves in again at the second launch.
+    for (int launch = 0; launch < 2; ++launch) {
+      gpu.argmax_rows(Rows::device_ref(d_logits, rows, cols), d_out.as<int32_t>());
+      EXPECT_EQ(d_out.download<int32_t>(rows), cpu_out) << cols << " columns, launch " << launch;
+    }
     EXPECT_EQ(cpu_out[1], 123);
     EXPECT_EQ(cpu_out[2], cols - 1);
     EXPECT_EQ(cpu_out[3], 0);
     EXPECT_EQ(cpu_out[4], 77);
+  }
+}
+
+// More rows than argmax.cu splits (a block per row then), and rows of one part.
+TEST(CudaRowOps, ArgmaxOfManyRowsAndOfShortRows) {
+  CELLM_REQUIRE_GPU(gpu);
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{300, 5000}, {7, 1000}, {3, 4097}}) {
+    Rows logits = random_rows(rows, cols, 53);
+    logits.row(rows - 1)[cols - 1] = 77.0f;
+    std::vector<int32_t> cpu_out(rows);
+    cpu_backend().argmax_rows(logits.host_ref(), cpu_out.data());
+    DeviceBuffer d_logits(gpu, logits.values), d_out(gpu, rows * sizeof(int32_t));
+    gpu.argmax_rows(Rows::device_ref(d_logits, rows, cols), d_out.as<int32_t>());
+    EXPECT_EQ(d_out.download<int32_t>(rows), cpu_out) << rows << " x " << cols;
+    EXPECT_EQ(cpu_out[rows - 1], cols - 1);
   }
 }
 
