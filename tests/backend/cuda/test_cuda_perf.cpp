@@ -74,9 +74,32 @@ TEST(CudaPerf, MatmulThroughput) {
   }
 }
 
-// One activation row against llama3-8b's matrix shapes, the single-stream decode case. Each
-// shape is placed in enough copies to pass 256 MB and the calls cycle through them, so the
-// weights come from HBM as in a model's layers, not from the 50 MB L2.
+// Streams one activation row through an n x k matrix of `type`, placed in enough copies to pass
+// 256 MB so the weights come from HBM as in a model's layers (not from the 50 MB L2), and prints
+// the time from a stream and from a graph.
+void time_one_row(CudaBackend& gpu, DType type, const char* what, int64_t n, int64_t k) {
+  const size_t bytes = row_bytes(type, k) * n;
+  const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / bytes + 1));
+  std::vector<TensorRef> placed;
+  {
+    const std::vector<uint8_t> host = random_weight_bytes(bytes, 1);
+    for (int c = 0; c < copies; ++c)
+      placed.push_back(gpu.place_weight({const_cast<uint8_t*>(host.data()), type, n, k, row_bytes(type, k)}, "perf"));
+  }
+  const Rows x = random_rows(1, k, 5);
+  DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(n) * sizeof(float));
+  const TensorRef gx = Rows::device_ref(d_x, 1, k), gout = Rows::device_ref(d_out, 1, n);
+  int next = 0;
+  gpu.begin_forward(1);  // the launches of a one-row decode step
+  const double ms = time_ms(gpu, 4 * copies, [&] { gpu.matmul(gx, placed[next++ % copies], nullptr, gout); });
+  const double graph_ms = graph_time_ms(gpu, 4 * copies, [&] { gpu.matmul(gx, placed[next++ % copies], nullptr, gout); });
+  std::printf("[ perf ] gemv %-5s %-16s N=%-6lld K=%-6lld stream %8.4f ms %7.1f GB/s  graph %8.4f ms %7.1f GB/s\n",
+              std::string(dtype_name(type)).c_str(), what, static_cast<long long>(n), static_cast<long long>(k), ms,
+              bytes / ms / 1e6, graph_ms, bytes / graph_ms / 1e6);
+  for (const TensorRef& p : placed) gpu.release(p.data);
+}
+
+// One activation row against llama3-8b's matrix shapes, the single-stream decode case.
 TEST(CudaPerf, GemvModelShapes) {
   CELLM_REQUIRE_GPU(gpu);
   if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
@@ -84,31 +107,27 @@ TEST(CudaPerf, GemvModelShapes) {
     const char* what;
     int64_t n, k;
   };
-  for (DType type : {DType::Q4_K, DType::Q6_K, DType::BF16}) {
+  for (DType type : {DType::Q4_K, DType::Q6_K, DType::BF16})
     for (const Shape& sh : {Shape{"q+k+v", 6144, 4096}, Shape{"o", 4096, 4096}, Shape{"gate+up", 28672, 4096},
-                            Shape{"down", 4096, 14336}, Shape{"output", 128256, 4096}}) {
-      const size_t bytes = row_bytes(type, sh.k) * sh.n;
-      const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / bytes + 1));
-      std::vector<TensorRef> placed;
-      {
-        const std::vector<uint8_t> host = random_weight_bytes(bytes, 1);
-        for (int c = 0; c < copies; ++c)
-          placed.push_back(gpu.place_weight({const_cast<uint8_t*>(host.data()), type, sh.n, sh.k, row_bytes(type, sh.k)}, "perf"));
-      }
-      const Rows x = random_rows(1, sh.k, 5);
-      DeviceBuffer d_x(gpu, x.values), d_out(gpu, static_cast<size_t>(sh.n) * sizeof(float));
-      const TensorRef gx = Rows::device_ref(d_x, 1, sh.k), gout = Rows::device_ref(d_out, 1, sh.n);
-      int next = 0;
-      gpu.begin_forward(1);  // the launches of a one-row decode step
-      const double ms = time_ms(gpu, 4 * copies, [&] { gpu.matmul(gx, placed[next++ % copies], nullptr, gout); });
-      const double graph_ms =
-          graph_time_ms(gpu, 4 * copies, [&] { gpu.matmul(gx, placed[next++ % copies], nullptr, gout); });
-      std::printf("[ perf ] gemv %-5s %-8s N=%-6lld K=%-6lld stream %8.4f ms %7.1f GB/s  graph %8.4f ms %7.1f GB/s\n",
-                  std::string(dtype_name(type)).c_str(), sh.what, static_cast<long long>(sh.n),
-                  static_cast<long long>(sh.k), ms, bytes / ms / 1e6, graph_ms, bytes / graph_ms / 1e6);
-      for (const TensorRef& p : placed) gpu.release(p.data);
-    }
-  }
+                            Shape{"down", 4096, 14336}, Shape{"output", 128256, 4096}})
+      time_one_row(gpu, type, sh.what, sh.n, sh.k);
+}
+
+// The small models' short rows (a pass or two of the one-token kernel), where a vocabulary-wide
+// output matrix is most of a decode step's weights: SmolLM2-135M's (Q4_1 layers, Q8_0 output)
+// and Gemma 3 270M's (Q5_0 projections, Q8_0 output: 178 of its 247 MB).
+TEST(CudaPerf, GemvShortRows) {
+  CELLM_REQUIRE_GPU(gpu);
+  if (!perf_enabled()) GTEST_SKIP() << "set CELLM_CUDA_PERF=1 for throughput figures";
+  struct Shape {
+    DType type;
+    const char* what;
+    int64_t n, k;
+  };
+  for (const Shape& sh : {Shape{DType::Q4_1, "smol q+k+v", 960, 576}, Shape{DType::Q4_1, "smol gate+up", 3072, 576},
+                          Shape{DType::Q4_1, "smol down", 576, 1536}, Shape{DType::Q8_0, "smol output", 49152, 576},
+                          Shape{DType::Q5_0, "gemma gate+up", 4096, 640}, Shape{DType::Q8_0, "gemma output", 262144, 640}})
+    time_one_row(gpu, sh.type, sh.what, sh.n, sh.k);
 }
 
 // The KV heads of llama3-8b (8 x 128, group 4) and of SmolLM2, the default model (3 x 64, group
