@@ -7,7 +7,9 @@
 //    warp w does pass kWarps * round + w, which is blocks p * kSpan .. p * kSpan + kSpan - 1
 //    of each row; lane (j, r) = (lane / kRows, lane % kRows) does row r's blocks
 //    p * kSpan + u * kLanesPerRow + j, u < kUnits. Small matrices so still fill the device
-//    (llama3-8b's 4096 x 4096 is 512 groups), large ones loop over groups;
+//    (llama3-8b's 4096 x 4096 is 512 groups), large ones loop over groups. Rows of at most
+//    kWarps / 2 passes leave warps without a pass: there a block takes kWarps / passes groups at
+//    a time (groups_per_item), warp w pass w % passes of group w / passes;
 //  - a pass's kRows row segments are copied to shared memory kStages - 1 items ahead (kStages
 //    stages per warp): on Hopper one bulk copy per row segment, row rr's issued by lane rr and
 //    counted on the stage's mbarrier (16-byte cp.async by every lane cost ~100 instructions of
@@ -84,6 +86,20 @@ struct Staging {
   static constexpr int kSharedBytes = kOperandsOffset + kBuffers * kTokens * kTokenStride * 16;
 };
 
+// Groups of kRows rows an item takes: one, or - for one token, rows of at most kWarps / 2
+// passes, and enough groups that every resident block still has a set of them - kWarps / passes
+// of them, each warp a pass of one, so that no warp idles and a block has that many more weights
+// in flight. A row of two passes (SmolLM2's 576 columns of a 32-element format: 18 blocks, a pass
+// of 16 and one of 2) had kept warps 2 and 3 idle and a block's copies to two warps' segments.
+// H100, CudaPerf.GemvShortRows in graphs, one run, one group / two a set: SmolLM2's output matrix
+// (49152 x 576 Q8_0) 19.2 -> 15.8 us, Gemma 3 270M's (262144 x 640 Q8_0, 178 MB) 88.9 -> 69.4 us.
+// Small matrices keep one group a set: two halved their grid and ran slower (SmolLM2's 960 x 576
+// Q4_1 q/k/v 2.9 -> 3.1 us, its batch-1 step 1550 -> 1484 tok/s).
+int groups_per_item(int passes, int tokens, int64_t groups, int64_t resident_blocks) {
+  const int per_item = tokens == 1 && 2 * passes <= kWarps ? kWarps / passes : 1;
+  return groups >= per_item * resident_blocks ? per_item : 1;
+}
+
 struct OneTokenArgs {
   const uint8_t* w;
   size_t w_stride;     // bytes
@@ -94,6 +110,7 @@ struct OneTokenArgs {
   const float* x;      // the activation row (16-byte aligned)
   TokenActivations act;  // x quantized already (token 0's), or unused: the kernel quantizes x itself
   int tokens;            // activation rows, at most the kernel's kTokens
+  int per_item;          // groups of kRows rows a block takes at a time (groups_per_item)
   int64_t codes_stride;  // bytes from one token's codes to the next's (QuantizedActivations::row_stride)
   float* out;
   size_t out_stride;  // floats from one token's outputs to the next's
@@ -196,8 +213,14 @@ __device__ TokenActivations quantize_row(const OneTokenArgs& a, uint8_t* base) {
 // each token's accumulators and the token loop's addresses; held to 112, the k-quants spilled
 // (Q5_K 72-96 bytes, Q4_K 8-16). Q6_K still spills 64 / 100 bytes at 4 / 8 tokens, and still
 // beats gemv.cu there.
+// The 32-element formats, one token, are held to 80, what they had taken until the groups of a
+// set (groups_per_item) took Q4_1 to 88 and SmolLM2's small products, whose next kernel starts
+// in the room they leave, ran ~0.2 us slower a call (H100, CudaPerf.GemvShortRows: 3072 x 576
+// 3.1 -> 3.3 us in graphs). Under 80 none spills (ptxas).
 template <class F, int kTokens>
-constexpr int kHeldRegisters = kTokens > 1 || std::is_same_v<F, exact::one_lane::Q6KTerms> ? 128 : 112;
+constexpr int kHeldRegisters = kTokens > 1 || std::is_same_v<F, exact::one_lane::Q6KTerms> ? 128
+                               : F::kElems == 32                                          ? 80
+                                                                                           : 112;
 
 // kTokens activation rows (a.tokens of them) share each staged weight segment: their terms are
 // formed one token after another from it, and warp w folds tokens w, w + kWarps, ... (warp 0
@@ -217,23 +240,33 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kToke
   float4* operands = reinterpret_cast<float4*>(shared + S::kOperandsOffset);  // [kBuffers][kTokens][kRows][kRoundStride]
   const int passes = (a.blocks + S::kSpan - 1) / S::kSpan;
   const int rounds = (passes + kWarps - 1) / kWarps;
+  const int per_item = kTokens == 1 ? a.per_item : 1;  // rounds is 1 where it is more than one
   const int groups = static_cast<int>((a.n + kRows - 1) / kRows);
-  const int items = (groups - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
-                    static_cast<int>(gridDim.x) * rounds;  // this block's (group, round)s
+  const int sets = (groups + per_item - 1) / per_item;  // of per_item groups
+  const int items = (sets - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                    static_cast<int>(gridDim.x) * rounds;  // this block's (set, round)s
 
-  // Item i: group blockIdx.x + (i / rounds) * gridDim.x, round i % rounds; this warp's pass of
-  // it is kWarps * round + warp.
+  // Item i: set blockIdx.x + (i / rounds) * gridDim.x, round i % rounds. This warp's pass of it
+  // is kWarps * round + warp (one group a set), or warp % passes of the set's group warp / passes.
+  // Group g of the set is folded by warp g (one token; otherwise warp 0 folds the set's group).
   struct Item {
     int round, pass;
-    int64_t row0;  // the group's first row
-    int rows;      // of the group (fewer than kRows only at the end)
+    int64_t set;
+    int64_t row0;  // the first row of the group this warp copies and computes
+    int rows;      // of that group (fewer than kRows only at the end; none past it)
   };
+  const auto group_rows = [&](int64_t row0) {
+    return static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kRows), a.n - row0)));
+  };
+  const int set_pass = per_item > 1 ? warp % passes : warp;   // this warp's pass of an item
+  const int set_group = per_item > 1 ? warp / passes : 0;      // and its group of the set
   auto item_at = [&](int i) {
     Item it;
     it.round = i % rounds;
-    it.pass = it.round * kWarps + warp;
-    it.row0 = (static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(i / rounds) * gridDim.x) * kRows;
-    it.rows = static_cast<int>(min(static_cast<int64_t>(kRows), a.n - it.row0));
+    it.set = static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(i / rounds) * gridDim.x;
+    it.pass = it.round * kWarps + set_pass;  // rounds is 1 where a set has several groups
+    it.row0 = (it.set * per_item + set_group) * kRows;
+    it.rows = group_rows(it.row0);
     return it;
   };
   // Item i's segments go to stage i % kStages: row rr's kChunks 16-byte chunks from the segment's
@@ -309,17 +342,20 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kToke
   // The folding warps' accumulators of row lane % kRows (chain lane / kRows), token
   // warp + kWarps * f; warp 0 alone folds when there is one token.
   float acc[kFolded] = {};
-  const bool folds = warp < kTokens;
-  float bias = 0.0f;  // folding warps, lanes j == 0: the bias of row r of the current group
+  const bool folds = warp < (kTokens == 1 ? per_item : kTokens);
+  float bias = 0.0f;  // folding warps, lanes j == 0: the bias of row r of the group they fold
   for (int i = 0; i < items; ++i) {
     const Item it = item_at(i);
     const int round = it.round, p = it.pass, rows = it.rows;
-    const int64_t row0 = it.row0;
+    // The group this warp folds: group `warp` of the set where a set has several, else the set's.
+    const int folded_group = per_item > 1 ? warp : 0;
+    const int64_t fold_row0 = it.row0 + static_cast<int64_t>(folded_group - set_group) * kRows;
+    const int fold_rows = group_rows(fold_row0);
     float4* ops = operands + (S::kBuffers == 2 ? (i & 1) : 0) * kTokens * S::kTokenStride;
     issue_copy(i + kStages - 1);
     // The bias (a one-row step's residual too, for MatMulAdd: cuda_backend.cpp) is asked for
     // while the weights arrive: loaded where it is added, the row's last fold step waited on it.
-    if (folds && round == 0 && a.addend.bias != nullptr && j == 0 && r < rows) bias = a.addend.bias[row0 + r];
+    if (folds && round == 0 && a.addend.bias != nullptr && j == 0 && r < fold_rows) bias = a.addend.bias[fold_row0 + r];
     // This lane's blocks' activations are on their way too before it waits for the weights.
     const bool computes = p < passes && r < rows;
     typename F::Activations x[S::kUnits];
@@ -356,13 +392,15 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kToke
     __syncthreads();  // the round's operands are complete (with one token, the other buffer is free again)
     if (folds) {
       // The round's blocks in order: k-quants one chain per row (lanes 0..7); the 32-element
-      // formats four, block b to chain b % 4 = lane / kRows.
+      // formats four, block b to chain b % 4 = lane / kRows. The folded group's operands start
+      // at its first warp's (where a set has several groups, all of a row's blocks are one round).
       const int first_block = round * kWarps * S::kSpan;
+      const int group_ops = folded_group * passes * S::kSpan;
 #pragma unroll
       for (int f = 0; f < kFolded; ++f) {
-        const int t = warp + kWarps * f;
+        const int t = kTokens == 1 ? 0 : warp + kWarps * f;
         if (t >= a.tokens) break;  // warp-uniform
-        const float4* token_ops = ops + t * S::kTokenStride;
+        const float4* token_ops = ops + t * S::kTokenStride + group_ops;
         if (S::kKQuant ? j == 0 : true) {
           for (int s = S::kKQuant ? 0 : j; s < kWarps * S::kSpan && first_block + s < a.blocks;
                s += S::kKQuant ? 1 : kLanesPerRow) {
@@ -379,11 +417,11 @@ __global__ void __launch_bounds__(kThreads) __maxnreg__((kHeldRegisters<F, kToke
             const float a3 = __shfl_sync(0xffffffffu, acc[f], 3 * kRows + r);
             v = __fadd_rn(__fadd_rn(acc[f], a1), __fadd_rn(a2, a3));
           }
-          if (j == 0 && r < rows) {
+          if (j == 0 && r < fold_rows) {
             // The bias came with the weights; a residual (several tokens) is loaded here.
             if (a.addend.bias != nullptr) v = __fadd_rn(v, bias);
-            else v = a.addend.added(v, t, row0 + r);
-            a.out[t * a.out_stride + row0 + r] = v;
+            else v = a.addend.added(v, t, fold_row0 + r);
+            a.out[t * a.out_stride + fold_row0 + r] = v;
           }
           acc[f] = 0.0f;
         }
@@ -418,13 +456,17 @@ void launch(const OneTokenArgs& a, int sm_count, cudaStream_t stream) {
   const int blocks_per_sm =
       std::max(1, resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, shared));
   const int64_t groups = (a.n + kRows - 1) / kRows;
+  const int64_t resident = int64_t{sm_count} * blocks_per_sm;
+  OneTokenArgs args = a;
+  args.per_item = groups_per_item((a.blocks + S::kSpan - 1) / S::kSpan, kTokens, groups, resident);
+  const int64_t sets = (groups + args.per_item - 1) / args.per_item;
   // Every resident block, though some then take a group more than others (llama3-8b's q/k/v:
   // 768 groups, 240 of 528 blocks take two). Spreading them evenly over fewer blocks (384 of two)
   // ran slower, step 1943.0 -> 2031.1 us (H200, one run, stop 32): the product was no faster
   // (5.60 -> 5.58 us a layer) and the kernels after it lost their early start (attention 8.79 ->
   // 11.05, glu_quantize 2.87 -> 4.02).
-  const int64_t grid = std::min<int64_t>(groups, int64_t{sm_count} * blocks_per_sm);
-  launch_kernel("one-token gemv kernel", kernel, static_cast<unsigned>(grid), kThreads, shared, stream, a);
+  const int64_t grid = std::min<int64_t>(sets, resident);
+  launch_kernel("one-token gemv kernel", kernel, static_cast<unsigned>(grid), kThreads, shared, stream, args);
 }
 
 }  // namespace
