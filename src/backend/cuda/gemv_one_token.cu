@@ -92,9 +92,10 @@ struct Staging {
 // in flight. A row of two passes (SmolLM2's 576 columns of a 32-element format: 18 blocks, a pass
 // of 16 and one of 2) had kept warps 2 and 3 idle and a block's copies to two warps' segments.
 // H100, CudaPerf.GemvShortRows in graphs, one run, one group / two a set: SmolLM2's output matrix
-// (49152 x 576 Q8_0) 19.2 -> 15.8 us, Gemma 3 270M's (262144 x 640 Q8_0, 178 MB) 88.9 -> 69.4 us.
-// Small matrices keep one group a set: two halved their grid and ran slower (SmolLM2's 960 x 576
-// Q4_1 q/k/v 2.9 -> 3.1 us, its batch-1 step 1550 -> 1484 tok/s).
+// (49152 x 576 Q8_0) 19.2 -> 14.0 us, Gemma 3 270M's (262144 x 640 Q8_0, 178 MB) 88.8 -> 67.8 us.
+// Small matrices keep one group a set: a trial that gave them sets too halved their grids and ran
+// slower (another run: SmolLM2's 960 x 576 Q4_1 q/k/v 2.9 -> 3.1 us, its batch-1 step 1550 ->
+// 1484 tok/s).
 int groups_per_item(int passes, int tokens, int64_t groups, int64_t resident_blocks) {
   const int per_item = tokens == 1 && 2 * passes <= kWarps ? kWarps / passes : 1;
   return groups >= per_item * resident_blocks ? per_item : 1;
